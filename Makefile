@@ -1,0 +1,34 @@
+# txmsg: `make demo` runs the whole lifecycle on the embedded default; `make test` passes the tests.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PYTEST_ARGS ?=
+
+.PHONY: install system-deps demo test lint bench clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e ".[dev]"
+	touch $@
+
+system-deps:
+	@./scripts/ensure-system-deps.sh
+
+install: $(VENV)/.installed system-deps
+
+demo: install
+	$(PY) -m scripts.demo
+
+test: install lint
+	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+
+lint: $(VENV)/.installed
+	$(VENV)/bin/ruff check app checker spark_outbox migrations tests scripts bench
+	$(VENV)/bin/lint-imports
+
+bench: install
+	$(PY) -m bench.run
+
+clean:
+	rm -rf $(VENV) var bench/out

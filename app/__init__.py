@@ -1,0 +1,1 @@
+"""txmsg: RocketMQ-style transactional (half) messages on SQL storage."""

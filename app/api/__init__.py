@@ -1,0 +1,1 @@
+"""HTTP API: thin Flask blueprints over the domain."""

@@ -1,0 +1,51 @@
+"""Liveness, readiness, metrics and the OpenAPI document."""
+
+from __future__ import annotations
+
+from flask import Blueprint, Response
+from sqlalchemy import exc as sa_exc
+
+from app import metrics
+from app.api.http import json_response, problem, state
+from app.api.openapi import openapi_document
+from app.domain import reads
+from app.storage.db import current_revision, head_revision
+
+bp = Blueprint("health", __name__)
+
+
+@bp.get("/healthz")
+def healthz() -> Response:
+    """The process is up."""
+    return json_response({"status": "ok"})
+
+
+@bp.get("/readyz")
+def readyz() -> Response:
+    """The database answers and its schema is at the head revision."""
+    head = head_revision()
+    try:
+        with state().engine.connect() as conn:
+            current = current_revision(conn)
+    except sa_exc.SQLAlchemyError as exc:
+        return problem(503, "database_unavailable", "Database unavailable",
+                       f"cannot reach the database: {type(exc).__name__}")
+    if current != head:
+        return problem(503, "schema_not_at_head", "Schema not at head",
+                       f"schema revision is {current}, head is {head}; run `txmsg migrate`",
+                       revision=current, head=head)
+    return json_response({"status": "ready", "revision": current})
+
+
+@bp.get("/metrics")
+def metrics_view() -> Response:
+    """Prometheus text exposition."""
+    engine = state().engine
+    return Response(metrics.render(lambda: reads.count_half_messages(engine)),
+                    mimetype=metrics.CONTENT_TYPE_LATEST)
+
+
+@bp.get("/openapi.json")
+def openapi() -> Response:
+    """The OpenAPI document of this API."""
+    return json_response(openapi_document())

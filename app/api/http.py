@@ -1,0 +1,78 @@
+"""Request parsing and response rendering shared by the blueprints; problem+json errors."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from flask import Flask, Response, current_app, request
+from werkzeug.exceptions import HTTPException
+
+from app.errors import ApiError, InvalidRequest
+
+PROBLEM_TYPE = "urn:txmsg:problem:"
+_ORJSON_OPTIONS = orjson.OPT_UTC_Z | orjson.OPT_NAIVE_UTC
+
+
+def json_response(body: Any, status: int = 200) -> Response:
+    return Response(orjson.dumps(body, option=_ORJSON_OPTIONS), status=status,
+                    mimetype="application/json")
+
+
+def json_body() -> Any:
+    """The request body as JSON, whatever the Content-Type says."""
+    raw = request.get_data(cache=False)
+    if not raw:
+        raise InvalidRequest("the request needs a JSON body", code="invalid_json")
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidRequest(f"the body is not valid JSON: {exc}", code="invalid_json") from None
+
+
+def int_arg(name: str, default: int, lo: int, hi: int | None = None) -> int:
+    raw = request.args.get(name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw, 10)
+    except ValueError:
+        value = None
+    if value is None or value < lo or (hi is not None and value > hi):
+        bounds = f"{lo}..{hi}" if hi is not None else f">= {lo}"
+        raise InvalidRequest(f"query parameter {name} must be an integer {bounds}, got {raw!r}",
+                             code="invalid_query_parameter", parameter=name)
+    return value
+
+
+def limit_arg() -> int:
+    return int_arg("limit", 100, 1, 1000)
+
+
+def state() -> Any:
+    return current_app.extensions["txmsg"]
+
+
+def problem(status: int, code: str, title: str, detail: str, **extra: Any) -> Response:
+    body = {"type": PROBLEM_TYPE + code, "title": title, "status": status, "detail": detail,
+            "code": code, "instance": request.path, **extra}
+    return Response(orjson.dumps(body), status=status, mimetype="application/problem+json")
+
+
+_HTTP_CODES = {404: "route_not_found", 405: "method_not_allowed", 413: "payload_too_large",
+               400: "bad_request", 415: "unsupported_media_type", 500: "internal_error"}
+
+
+def register_error_handlers(app: Flask) -> None:
+    @app.errorhandler(ApiError)
+    def _api_error(exc: ApiError) -> Response:
+        return problem(exc.status, exc.code, exc.title, exc.detail, **exc.extra)
+
+    @app.errorhandler(HTTPException)
+    def _http_error(exc: HTTPException) -> Response:
+        status = exc.code or 500
+        response = problem(status, _HTTP_CODES.get(status, f"http_{status}"),
+                           exc.name, exc.description or exc.name)
+        if status == 405 and exc.get_response().headers.get("Allow"):
+            response.headers["Allow"] = exc.get_response().headers["Allow"]
+        return response

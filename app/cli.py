@@ -1,0 +1,110 @@
+"""The ``txmsg`` command: the composition root (API + embedded checker, ingestion).
+
+Imports happen inside the commands: ``serve`` must set PROMETHEUS_MULTIPROC_DIR before
+any metric is created, so that the web workers and the checker share their counters.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import sys
+import tempfile
+
+import click
+
+
+def _settings():  # type: ignore[no-untyped-def]
+    from app.config import Settings
+
+    return Settings()
+
+
+@click.group()
+@click.option("--log-level", default="INFO", show_default=True)
+def main(log_level: str) -> None:
+    """txmsg: transactional (half) messages on SQL storage."""
+    logging.basicConfig(level=log_level.upper(),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+@main.command()
+def migrate() -> None:
+    """Bring the database schema to head (safe to repeat)."""
+    from app.storage.db import upgrade_to_head
+
+    settings = _settings()
+    upgrade_to_head(settings)
+    click.echo(f"schema at head on {_redacted(settings.database_url)}")
+
+
+@main.command()
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", default=8080, show_default=True, type=int)
+@click.option("--no-checker", is_flag=True, help="Do not run the check service in this process.")
+@click.option("--no-migrate", is_flag=True, help="Do not migrate the schema first.")
+@click.option("--workers", type=int, default=None, help="Web worker processes (TXMSG_WEB_WORKERS).")
+def serve(host: str, port: int, no_checker: bool, no_migrate: bool, workers: int | None) -> None:
+    """Serve the API on Granian, with the check service alongside unless --no-checker."""
+    metrics_dir = tempfile.mkdtemp(prefix="txmsg-metrics-")
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir
+    import multiprocessing
+
+    multiprocessing.set_start_method("spawn", force=True)
+    from granian import Granian
+    from granian.constants import Interfaces
+
+    settings = _settings()
+    if not no_migrate:
+        from app.storage.db import upgrade_to_head
+
+        upgrade_to_head(settings)
+    service = None
+    if not no_checker:
+        from checker.service import CheckService
+
+        service = CheckService(settings)
+        service.start()
+    click.echo(f"txmsg serving http://{host}:{port} on {_redacted(settings.database_url)}"
+               f"{'' if no_checker else ' with the check service'}", err=True)
+    try:
+        Granian(
+            "app.web:app_from_env", factory=True, address=host, port=port,
+            interface=Interfaces.WSGI, workers=workers or settings.web_workers,
+            blocking_threads=settings.web_threads, backlog=2048, log_access=False,
+        ).serve()
+    finally:
+        if service is not None:
+            service.shutdown()
+        shutil.rmtree(metrics_dir, ignore_errors=True)
+
+
+@main.command()
+def checker() -> None:
+    """Run the check service alone (no API)."""
+    from checker.service import CheckService
+
+    CheckService(_settings()).run_forever()
+
+
+@main.command()
+@click.option("--output", required=True, type=click.Path(file_okay=False),
+              help="Directory of the Parquet dataset (and its checkpoint files).")
+@click.option("--topics", default=None, help="Comma-separated topics (default: all but reserved).")
+def ingest(output: str, topics: str | None) -> None:
+    """One incremental Spark run from the committed views into Parquet under OUTPUT."""
+    from spark_outbox.job import main as ingest_main
+
+    topic_list = [t.strip() for t in topics.split(",") if t.strip()] if topics else None
+    sys.exit(ingest_main(_settings(), output, topic_list))
+
+
+def _redacted(url: str) -> str:
+    from sqlalchemy.engine import make_url
+
+    return make_url(url).render_as_string(hide_password=True)
+
+
+if __name__ == "__main__":
+    main()

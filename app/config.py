@@ -1,0 +1,43 @@
+"""Settings: one typed object read from ``TXMSG_*`` environment variables, never at import."""
+
+from __future__ import annotations
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+DEFAULT_DATABASE_URL = "sqlite:///var/txmsg.db"
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="TXMSG_", extra="ignore")
+
+    database_url: str = DEFAULT_DATABASE_URL
+    transaction_timeout_seconds: float = Field(6, ge=0)
+    check_interval_seconds: float = Field(30, ge=0)
+    check_max_times: int = Field(15, ge=1)
+    max_body_bytes: int = Field(4 * 1024 * 1024, ge=1)
+
+    # database connection pool (PostgreSQL); SQLite uses one pooled connection per thread
+    db_pool_size: int = Field(10, ge=1)
+    db_max_overflow: int = Field(10, ge=0)
+    db_pool_timeout_seconds: float = Field(10, gt=0)
+    db_connect_timeout_seconds: int = Field(5, ge=1)
+    db_statement_timeout_ms: int = Field(30_000, ge=0)
+    sqlite_busy_timeout_ms: int = Field(10_000, ge=0)
+
+    # group commit: the most requests one database transaction carries
+    batch_max_size: int = Field(512, ge=1)
+
+    # web server
+    web_workers: int = Field(1, ge=1)
+    web_threads: int = Field(64, ge=1)
+
+    # check service
+    checker_batch_size: int = Field(200, ge=1)
+    checker_concurrency: int = Field(16, ge=1)
+    checker_lease_seconds: float = Field(120, gt=0)
+    checker_poll_seconds: float = Field(1.0, gt=0, le=1.0)
+
+    @property
+    def is_sqlite(self) -> bool:
+        return self.database_url.startswith("sqlite")

@@ -1,0 +1,1 @@
+"""Domain rules: message validation, the transaction state machine, the lifecycle."""

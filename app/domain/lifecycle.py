@@ -1,0 +1,303 @@
+"""The half-message lifecycle: send, and the operations that resolve a transaction.
+
+Both the API and the checker go through ``Lifecycle.finish``: one code path decides and
+writes COMMIT, ROLLBACK, DISCARD and RESUME. Writes are group-committed: ``apply_sends``
+and ``apply_finishes`` each handle a whole batch of requests inside one transaction.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter as Tally
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import orjson
+from sqlalchemy import Connection, Engine
+
+from app import metrics
+from app.config import Settings
+from app.domain import states
+from app.domain.messages import TransactionIn
+from app.domain.names import DISCARD_TOPIC
+from app.domain.states import Op, Outcome, State
+from app.errors import ApiError, Conflict, NotFound, UnregisteredProducerGroup
+from app.storage import groups, txns
+from app.storage.writer import GroupCommitWriter
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def new_message_id() -> str:
+    return uuid.uuid4().hex.upper()
+
+
+@dataclass(frozen=True)
+class SendCmd:
+    group: str
+    request: TransactionIn
+    transaction_id: str
+    fingerprint: str
+    first_check_delay: float
+
+
+@dataclass(frozen=True)
+class FinishCmd:
+    group: str
+    transaction_id: str
+    op: Op
+    source: str = "api"
+    check_times: int | None = None  # DISCARD: the check number that ended without an answer
+
+
+@dataclass
+class SendResult:
+    body: dict[str, Any]
+    created: bool
+
+
+@dataclass
+class FinishResult:
+    body: dict[str, Any]
+    applied: bool
+    # for metrics, set only when applied
+    message_count: int = 0
+    created_at: datetime | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def apply_sends(conn: Connection, cmds: Sequence[SendCmd]) -> list[SendResult | ApiError]:
+    """Store a batch of half messages: new transactions, idempotent retries, refusals."""
+    now = utcnow()
+    registered = groups.registered(conn, {c.group for c in cmds})
+    existing = txns.find_txns(conn, [(c.group, c.transaction_id) for c in cmds])
+    existing_messages = txns.messages_of(
+        conn, [r.id for r in existing.values()],
+        columns=txns.ID_COLUMNS)
+    results: list[SendResult | ApiError | None] = []
+    new_rows: list[dict[str, Any]] = []
+    new_messages: list[list[dict[str, Any]]] = []
+    in_batch: dict[tuple[str, str], int] = {}
+    for cmd in cmds:
+        key = (cmd.group, cmd.transaction_id)
+        if cmd.group not in registered:
+            results.append(UnregisteredProducerGroup(
+                f"producer group {cmd.group!r} has no check callback registration; "
+                f"PUT /v1/producer-groups/{cmd.group} first"))
+            continue
+        if key in existing:
+            row = existing[key]
+            results.append(_retried_send(cmd, row.fingerprint, row.created_at,
+                                         [(m.message_id, m.topic)
+                                          for m in existing_messages[row.id]]))
+            continue
+        if key in in_batch:
+            first = new_rows[in_batch[key]]
+            ids = [(m["message_id"], m["topic"]) for m in new_messages[in_batch[key]]]
+            results.append(_retried_send(cmd, first["fingerprint"], first["created_at"], ids))
+            continue
+        in_batch[key] = len(new_rows)
+        new_rows.append({
+            "producer_group": cmd.group, "transaction_id": cmd.transaction_id,
+            "state": State.PREPARED.value, "fingerprint": cmd.fingerprint,
+            "message_count": len(cmd.request.messages), "check_url": cmd.request.check_url,
+            "check_immunity_seconds": cmd.request.check_immunity_seconds, "check_times": 0,
+            "next_check_at": now + timedelta(seconds=cmd.first_check_delay),
+            "created_at": now,
+        })
+        new_messages.append([
+            {"message_id": new_message_id(), "seq": seq, "topic": m.topic, "tag": m.tag,
+             "keys": orjson.dumps(m.keys).decode(),
+             "properties": orjson.dumps(m.properties).decode(),
+             "body": m.raw_body, "body_is_text": m.body_is_text, "created_at": now}
+            for seq, m in enumerate(cmd.request.messages)
+        ])
+        results.append(None)
+    ids = txns.insert_txns(conn, new_rows)
+    rows: list[dict[str, Any]] = []
+    for txn_id, msgs in zip(ids, new_messages, strict=True):
+        for m in msgs:
+            m["txn_id"] = txn_id
+        rows.extend(msgs)
+    txns.insert_messages(conn, rows)
+    fresh = iter(zip(new_rows, new_messages, strict=True))
+    out: list[SendResult | ApiError] = []
+    for r in results:
+        if r is None:
+            row, msgs = next(fresh)
+            out.append(SendResult(_send_body(row["producer_group"], row["transaction_id"],
+                                             row["created_at"],
+                                             [(m["message_id"], m["topic"]) for m in msgs]),
+                                  created=True))
+        else:
+            out.append(r)
+    return out
+
+
+def _retried_send(cmd: SendCmd, fingerprint: str, created_at: datetime,
+                  ids: list[tuple[str, str]]) -> SendResult | ApiError:
+    if fingerprint != cmd.fingerprint:
+        return Conflict(f"transaction {cmd.transaction_id!r} was already sent with "
+                        "different messages", code="transaction_id_conflict")
+    return SendResult(_send_body(cmd.group, cmd.transaction_id, created_at, ids), created=False)
+
+
+def _send_body(group: str, transaction_id: str, created_at: datetime,
+               ids: list[tuple[str, str]]) -> dict[str, Any]:
+    return {"transaction_id": transaction_id, "producer_group": group,
+            "state": State.PREPARED.value, "created_at": created_at,
+            "messages": [{"message_id": i, "topic": t} for i, t in ids]}
+
+
+def apply_finishes(conn: Connection, cmds: Sequence[FinishCmd]) -> list[FinishResult | ApiError]:
+    """Resolve a batch of transactions in one database transaction.
+
+    Row locks on the transactions (then on topic counters) are taken in a fixed order, so
+    concurrent writers in other processes cannot deadlock us, and the state each command
+    sees includes the effect of the commands before it in the same batch.
+    """
+    now = utcnow()
+    rows = txns.find_txns(conn, [(c.group, c.transaction_id) for c in cmds], lock=True)
+    current: dict[int, State] = {r.id: State(r.state) for r in rows.values()}
+    decided: list[tuple[FinishCmd, Any, Outcome | None, State | None]] = []
+    for cmd in cmds:
+        row = rows.get((cmd.group, cmd.transaction_id))
+        if row is None:
+            decided.append((cmd, None, None, None))
+            continue
+        before = current[row.id]
+        outcome = states.decide(before, cmd.op)
+        if outcome is Outcome.APPLY:
+            current[row.id] = states.target(cmd.op)
+        decided.append((cmd, row, outcome, before))
+
+    applied = [(c, r) for c, r, o, _ in decided if o is Outcome.APPLY]
+    to_publish = [(c, r) for c, r in applied if c.op in (Op.COMMIT, Op.DISCARD)]
+    messages = txns.messages_of(
+        conn, [r.id for _, r in to_publish],
+        columns=txns.PUBLISH_COLUMNS)
+    log_rows, published = _publish(conn, to_publish, messages, now)
+    txns.insert_message_log(conn, log_rows)
+    txns.insert_ops(conn, [
+        {"txn_id": r.id, "op": c.op.value, "source": c.source,
+         "check_times": c.check_times if c.check_times is not None else r.check_times,
+         "created_at": now}
+        for c, r in applied
+    ])
+    txns.update_states(conn, [_state_change(c, r, now) for c, r in applied])
+    repeats = txns.committed_offsets(
+        conn, [r.id for c, r, o, _ in decided if o is Outcome.REPEAT and c.op is Op.COMMIT])
+
+    out: list[FinishResult | ApiError] = []
+    for cmd, row, outcome, before in decided:
+        if row is None:
+            out.append(NotFound(f"no transaction {cmd.transaction_id!r} in producer group "
+                                f"{cmd.group!r}", code="transaction_not_found"))
+        elif outcome is Outcome.CONFLICT:
+            out.append(Conflict(
+                f"cannot {cmd.op.value.lower()} transaction {cmd.transaction_id!r}: "
+                f"it is {before.value}", code="invalid_state_transition", state=before.value))
+        else:
+            body: dict[str, Any] = {"transaction_id": cmd.transaction_id,
+                                    "state": states.target(cmd.op).value}
+            if cmd.op is Op.COMMIT:
+                offsets = published.get(row.id) if outcome is Outcome.APPLY else [
+                    {"message_id": m.message_id, "topic": m.topic, "offset": m.queue_offset}
+                    for m in repeats[row.id]]
+                body["messages"] = offsets
+            out.append(FinishResult(body, applied=outcome is Outcome.APPLY,
+                                    message_count=row.message_count, created_at=row.created_at))
+    return out
+
+
+def _publish(conn: Connection, to_publish: list[tuple[FinishCmd, Any]],
+             messages: dict[int, list[Any]], now: datetime
+             ) -> tuple[list[dict[str, Any]], dict[int, list[dict[str, Any]]]]:
+    """Append committed messages to their topics (and discarded ones to the discard topic)."""
+    counts: Tally[str] = Tally()
+    for cmd, row in to_publish:
+        for m in messages[row.id]:
+            counts[DISCARD_TOPIC if cmd.op is Op.DISCARD else m.topic] += 1
+    next_offset = txns.reserve_offsets(conn, counts)
+    log_rows: list[dict[str, Any]] = []
+    published: dict[int, list[dict[str, Any]]] = {}
+    for cmd, row in to_publish:
+        answer = published.setdefault(row.id, [])
+        for m in messages[row.id]:
+            topic = DISCARD_TOPIC if cmd.op is Op.DISCARD else m.topic
+            offset = next_offset[topic]
+            next_offset[topic] += 1
+            properties = None
+            if cmd.op is Op.DISCARD:
+                props = orjson.loads(m.properties)
+                props.update(REAL_TOPIC=m.topic, TRANSACTION_ID=row.transaction_id,
+                             PRODUCER_GROUP=row.producer_group,
+                             CHECK_TIMES=str(cmd.check_times or row.check_times))
+                properties = orjson.dumps(props).decode()
+            log_rows.append({"topic": topic, "queue_offset": offset, "half_message_id": m.id,
+                             "properties": properties, "committed_at": now})
+            answer.append({"message_id": m.message_id, "topic": topic, "offset": offset})
+    return log_rows, published
+
+
+def _state_change(cmd: FinishCmd, row: Any, now: datetime) -> dict[str, Any]:
+    target = states.target(cmd.op)
+    check_times = row.check_times
+    if cmd.op is Op.DISCARD and cmd.check_times is not None:
+        check_times = cmd.check_times
+    elif cmd.op is Op.RESUME:
+        check_times = 0
+    return {"b_id": row.id, "b_state": target.value,
+            "b_resolved_at": now if target in states.RESOLVED else None,
+            "b_check_times": check_times,
+            "b_next_check_at": now if cmd.op is Op.RESUME else row.next_check_at}
+
+
+class Lifecycle:
+    """The write side of txmsg for one process: two group-commit writers (sends, finishes)."""
+
+    def __init__(self, engine: Engine, settings: Settings) -> None:
+        self.engine = engine
+        self.settings = settings
+        self.send_writer: GroupCommitWriter[SendCmd] = GroupCommitWriter(
+            engine, apply_sends, max_batch=settings.batch_max_size, name="txmsg-send-writer")
+        self.finish_writer: GroupCommitWriter[FinishCmd] = GroupCommitWriter(
+            engine, apply_finishes, max_batch=settings.batch_max_size,
+            name="txmsg-finish-writer")
+
+    def send(self, group: str, request: TransactionIn) -> SendResult:
+        delay = max(self.settings.transaction_timeout_seconds, request.check_immunity_seconds)
+        cmd = SendCmd(group, request, request.transaction_id or new_message_id(),
+                      request.fingerprint(), delay)
+        result: SendResult = self.send_writer.submit(cmd)
+        if result.created:
+            metrics.SENT.inc(len(request.messages))
+        return result
+
+    def finish(self, group: str, transaction_id: str, op: Op, *, source: str = "api",
+               check_times: int | None = None) -> FinishResult:
+        """Commit, roll back, discard or resume one transaction (API and checker alike)."""
+        result: FinishResult = self.finish_writer.submit(
+            FinishCmd(group, transaction_id, op, source, check_times))
+        if result.applied:
+            _count(op, result)
+        return result
+
+    def close(self) -> None:
+        self.send_writer.close()
+        self.finish_writer.close()
+
+
+def _count(op: Op, result: FinishResult) -> None:
+    if op is Op.COMMIT:
+        metrics.COMMITTED.inc(result.message_count)
+    elif op is Op.ROLLBACK:
+        metrics.ROLLED_BACK.inc(result.message_count)
+    elif op is Op.DISCARD:
+        metrics.DISCARDED.inc(result.message_count)
+    if op in (Op.COMMIT, Op.ROLLBACK) and result.created_at is not None:
+        metrics.FINISH_LATENCY.observe((utcnow() - result.created_at).total_seconds())

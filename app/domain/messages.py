@@ -1,0 +1,205 @@
+"""Validation of everything a client sends: the one place for these rules.
+
+Pydantic models in strict mode (no silent type coercion); every failure becomes an
+``InvalidRequest`` (400) with a stable ``code``, or ``PayloadTooLarge`` (413) for bodies.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import re
+from typing import Annotated, Any
+from urllib.parse import urlsplit
+
+import orjson
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    StrictInt,
+    StrictStr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
+
+from app.domain.names import DISCARD_TOPIC, NAME_PATTERN, SYSTEM_TOPIC_PREFIX, is_valid_name
+from app.errors import ApiError, InvalidRequest, PayloadTooLarge
+
+MAX_MESSAGES = 1000
+MAX_PROPERTIES = 128
+MAX_PROPERTIES_BYTES = 16 * 1024
+MAX_KEYS = 128
+MAX_CHECK_URLS = 16
+_TXID_RE = re.compile(r"^[^\s/?#\x00-\x1f\x7f]{1,128}$")
+
+_STRICT = ConfigDict(strict=True, extra="forbid", frozen=True)
+
+
+def _custom(code: str, message: str) -> PydanticCustomError:
+    return PydanticCustomError(code, message)
+
+
+def check_http_url(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise _custom("invalid_check_url", f"{url!r} is not an absolute http(s) URL")
+    return url
+
+
+class MessageIn(BaseModel):
+    model_config = _STRICT
+
+    topic: StrictStr
+    body: StrictStr | None = None
+    body_base64: StrictStr | None = None
+    keys: list[Annotated[StrictStr, Field(max_length=1024)]] = Field(
+        default_factory=list, max_length=MAX_KEYS)
+    tag: Annotated[StrictStr, Field(max_length=1024)] | None = None
+    properties: dict[StrictStr, StrictStr] = Field(default_factory=dict)
+    _raw: bytes = PrivateAttr(b"")
+
+    @field_validator("topic")
+    @classmethod
+    def _topic(cls, topic: str) -> str:
+        if not is_valid_name(topic):
+            raise _custom("invalid_topic", f"topic {topic!r} must match {NAME_PATTERN}")
+        if topic.startswith(SYSTEM_TOPIC_PREFIX) or topic == DISCARD_TOPIC:
+            raise _custom("reserved_topic", f"topic {topic!r} is reserved and cannot be sent to")
+        return topic
+
+    @field_validator("properties")
+    @classmethod
+    def _properties(cls, props: dict[str, str]) -> dict[str, str]:
+        if len(props) > MAX_PROPERTIES:
+            raise _custom("too_many_properties",
+                          f"at most {MAX_PROPERTIES} properties, got {len(props)}")
+        size = sum(len(k.encode()) + len(v.encode()) for k, v in props.items())
+        if size > MAX_PROPERTIES_BYTES:
+            raise _custom("properties_too_large",
+                          f"properties take {size} bytes, at most {MAX_PROPERTIES_BYTES}")
+        return props
+
+    @model_validator(mode="after")
+    def _one_body(self, info: ValidationInfo) -> MessageIn:
+        if (self.body is None) == (self.body_base64 is None):
+            raise _custom("invalid_body", "give exactly one of body or body_base64")
+        if self.body_base64 is not None:
+            try:
+                raw = base64.b64decode(self.body_base64, validate=True)
+            except (binascii.Error, ValueError):
+                raise _custom("invalid_base64", "body_base64 is not valid base64") from None
+        else:
+            raw = self.body.encode()  # type: ignore[union-attr]
+        limit = (info.context or {}).get("max_body_bytes")
+        if limit is not None and len(raw) > limit:
+            raise _custom("body_too_large", f"body is {len(raw)} bytes, at most {limit}")
+        self._raw = raw
+        return self
+
+    @property
+    def raw_body(self) -> bytes:
+        return self._raw
+
+    @property
+    def body_is_text(self) -> bool:
+        return self.body is not None
+
+
+class TransactionIn(BaseModel):
+    model_config = _STRICT
+
+    transaction_id: StrictStr | None = None
+    check_immunity_seconds: StrictInt = Field(0, ge=0, le=365 * 24 * 3600)
+    check_url: StrictStr | None = None
+    messages: list[MessageIn] = Field(min_length=1, max_length=MAX_MESSAGES)
+
+    @field_validator("transaction_id")
+    @classmethod
+    def _txid(cls, txid: str | None) -> str | None:
+        if txid is not None and not _TXID_RE.fullmatch(txid):
+            raise _custom("invalid_transaction_id",
+                          "transaction_id: 1..128 characters, no whitespace, '/', '?' or '#'")
+        return txid
+
+    @field_validator("check_url")
+    @classmethod
+    def _check_url(cls, url: str | None) -> str | None:
+        return None if url is None else check_http_url(url)
+
+    def fingerprint(self) -> str:
+        """What makes a retried send "the same": its messages, not its options."""
+        h = hashlib.sha256()
+        for m in self.messages:
+            h.update(orjson.dumps([m.topic, m.body_is_text, m.keys, m.tag, m.properties],
+                                  option=orjson.OPT_SORT_KEYS))
+            h.update(hashlib.sha256(m.raw_body).digest())
+        return h.hexdigest()
+
+
+class ProducerGroupIn(BaseModel):
+    model_config = _STRICT
+
+    check_urls: list[StrictStr] = Field(min_length=1, max_length=MAX_CHECK_URLS)
+    check_timeout_ms: StrictInt = Field(3000, ge=100, le=60000)
+
+    @field_validator("check_urls")
+    @classmethod
+    def _urls(cls, urls: list[str]) -> list[str]:
+        return [check_http_url(u) for u in urls]
+
+
+_SINGLE_MESSAGE_FIELDS = frozenset(MessageIn.model_fields)
+_STATUS_BY_CODE: dict[str, type[ApiError]] = {"body_too_large": PayloadTooLarge}
+_CODE_BY_PYDANTIC_TYPE = {
+    "missing": "missing_field",
+    "extra_forbidden": "unknown_field",
+    "too_short": "invalid_length",
+    "too_long": "invalid_length",
+    "model_type": "invalid_type",
+    "dict_type": "invalid_type",
+    "list_type": "invalid_type",
+    "string_type": "invalid_type",
+    "int_type": "invalid_type",
+}
+
+
+def parse_transaction(payload: Any, *, max_body_bytes: int) -> TransactionIn:
+    """A send request; a single message may be given by its fields at the top level."""
+    if isinstance(payload, dict) and "messages" not in payload and "topic" in payload:
+        payload = dict(payload)
+        message = {k: payload.pop(k) for k in list(payload) if k in _SINGLE_MESSAGE_FIELDS}
+        payload["messages"] = [message]
+    return _validate(TransactionIn, payload, {"max_body_bytes": max_body_bytes})
+
+
+def parse_producer_group(payload: Any) -> ProducerGroupIn:
+    return _validate(ProducerGroupIn, payload, None)
+
+
+def _validate(model: type[BaseModel], payload: Any, context: dict | None) -> Any:
+    if not isinstance(payload, dict):
+        raise InvalidRequest("the request body must be a JSON object", code="invalid_body_type")
+    try:
+        return model.model_validate(payload, context=context)
+    except ValidationError as exc:
+        raise _to_api_error(exc) from None
+
+
+def _to_api_error(exc: ValidationError) -> ApiError:
+    errors = exc.errors(include_url=False, include_input=False, include_context=False)
+    first = next((e for e in errors if e["type"] in _STATUS_BY_CODE), errors[0])
+    code = _CODE_BY_PYDANTIC_TYPE.get(first["type"], first["type"])
+    if code.endswith(("_parsing", "_type")) or code.startswith(("int_", "string_", "list_")):
+        code = "invalid_type" if "type" in code or "parsing" in code else "invalid_value"
+    if code in ("greater_than_equal", "less_than_equal", "greater_than", "less_than"):
+        code = "out_of_range"
+    where = ".".join(str(p) for p in first["loc"]) or "body"
+    details = [{"field": ".".join(str(p) for p in e["loc"]), "message": e["msg"]} for e in errors]
+    cls = _STATUS_BY_CODE.get(code, InvalidRequest)
+    return cls(f"{where}: {first['msg']}", code=code, errors=details)

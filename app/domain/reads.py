@@ -1,0 +1,131 @@
+"""Read side: transactions, topics and messages as the API shows them."""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+import orjson
+from sqlalchemy import Engine, Row
+
+from app.domain.names import DISCARD_TOPIC
+from app.domain.states import State
+from app.errors import InvalidRequest, NotFound
+from app.storage import txns
+from app.storage.db import wraps_db_errors
+
+
+def body_fields(body: bytes, is_text: bool) -> dict[str, str]:
+    if is_text:
+        return {"body": bytes(body).decode()}
+    return {"body_base64": base64.b64encode(body).decode()}
+
+
+def message_meta(row: Row) -> dict[str, Any]:
+    return {"keys": orjson.loads(row.keys), "tag": row.tag,
+            "properties": orjson.loads(row.properties)}
+
+
+def _transaction(row: Row, messages: list[Row], offsets: dict[str, int]) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "transaction_id": row.transaction_id, "producer_group": row.producer_group,
+        "state": row.state, "check_times": row.check_times, "created_at": row.created_at,
+        "resolved_at": row.resolved_at, "check_url": row.check_url,
+        "check_immunity_seconds": row.check_immunity_seconds,
+        "message_count": row.message_count,
+    }
+    if row.state == State.PREPARED:
+        out["next_check_at"] = row.next_check_at
+    out["messages"] = []
+    for m in messages:
+        item = {"message_id": m.message_id, "topic": m.topic, **message_meta(m)}
+        if m.message_id in offsets:
+            item["offset"] = offsets[m.message_id]
+        out["messages"].append(item)
+    return out
+
+
+@wraps_db_errors
+def get_transaction(engine: Engine, group: str, transaction_id: str) -> dict[str, Any]:
+    with engine.connect() as conn:
+        row = txns.get_txn(conn, group, transaction_id)
+        if row is None:
+            raise NotFound(f"no transaction {transaction_id!r} in producer group {group!r}",
+                           code="transaction_not_found")
+        messages = txns.messages_of(conn, [row.id])[row.id]
+        offsets = {}
+        if row.state == State.COMMITTED:
+            offsets = {m.message_id: m.queue_offset
+                       for m in txns.committed_offsets(conn, [row.id])[row.id]}
+        return _transaction(row, messages, offsets)
+
+
+@wraps_db_errors
+def list_transactions(engine: Engine, group: str, state: str | None, after: int,
+                      limit: int) -> dict[str, Any]:
+    if state is not None and state not in State.__members__:
+        raise InvalidRequest(f"state must be one of {', '.join(State)}",
+                             code="invalid_query_parameter", parameter="state")
+    with engine.connect() as conn:
+        rows = txns.list_txns(conn, group, state, after, limit)
+    items = [{k: v for k, v in _transaction(r, [], {}).items() if k != "messages"} for r in rows]
+    return {"producer_group": group, "transactions": items,
+            "next_after": str(rows[-1].id) if len(rows) == limit else None}
+
+
+@wraps_db_errors
+def read_topic(engine: Engine, topic: str, from_offset: int, limit: int) -> dict[str, Any]:
+    with engine.connect() as conn:
+        rows = txns.read_topic(conn, topic, from_offset, limit)
+    messages = [
+        {"offset": r.queue_offset, "message_id": r.message_id,
+         "transaction_id": r.transaction_id, "producer_group": r.producer_group,
+         **message_meta(r), **body_fields(r.body, r.body_is_text),
+         "created_at": r.created_at, "committed_at": r.committed_at}
+        for r in rows
+    ]
+    next_offset = rows[-1].queue_offset + 1 if rows else from_offset
+    return {"topic": topic, "messages": messages, "next_offset": next_offset}
+
+
+@wraps_db_errors
+def list_topics(engine: Engine) -> dict[str, Any]:
+    with engine.connect() as conn:
+        rows = txns.list_topics(conn)
+    return {"topics": [{"topic": r.topic, "next_offset": r.next_offset} for r in rows]}
+
+
+@wraps_db_errors
+def get_message(engine: Engine, message_id: str) -> dict[str, Any]:
+    with engine.connect() as conn:
+        row = txns.get_message(conn, message_id)
+    if row is None:
+        raise NotFound(f"no message {message_id!r}", code="message_not_found")
+    out: dict[str, Any] = {
+        "message_id": row.message_id, "transaction_id": row.transaction_id,
+        "producer_group": row.producer_group, "state": row.state, "topic": row.topic,
+        **message_meta(row), **body_fields(row.body, row.body_is_text),
+        "created_at": row.created_at,
+    }
+    if row.queue_offset is not None:
+        out["offset"] = row.queue_offset
+        out["committed_at"] = row.committed_at
+    return out
+
+
+@wraps_db_errors
+def count_half_messages(engine: Engine) -> int:
+    with engine.connect() as conn:
+        return txns.count_unresolved_messages(conn)
+
+
+__all__ = [
+    "DISCARD_TOPIC",
+    "body_fields",
+    "count_half_messages",
+    "get_message",
+    "get_transaction",
+    "list_topics",
+    "list_transactions",
+    "read_topic",
+]

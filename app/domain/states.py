@@ -1,0 +1,59 @@
+"""The transaction state machine: the one place that says which operation may follow which.
+
+PREPARED --COMMIT--> COMMITTED        PREPARED --ROLLBACK--> ROLLED_BACK
+PREPARED --DISCARD-> DISCARDED        (the checker, after the last unanswered check)
+DISCARDED --COMMIT/ROLLBACK--> resolved late; DISCARDED --RESUME--> PREPARED (checked again)
+Repeating the operation that produced the current state is idempotent.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class State(StrEnum):
+    PREPARED = "PREPARED"
+    COMMITTED = "COMMITTED"
+    ROLLED_BACK = "ROLLED_BACK"
+    DISCARDED = "DISCARDED"
+
+
+class Op(StrEnum):
+    COMMIT = "COMMIT"
+    ROLLBACK = "ROLLBACK"
+    DISCARD = "DISCARD"
+    RESUME = "RESUME"
+
+
+class Outcome(StrEnum):
+    APPLY = "APPLY"          # write the op row and move to the target state
+    REPEAT = "REPEAT"        # already done: answer as the first time, write nothing
+    CONFLICT = "CONFLICT"    # refused: 409
+
+
+_TARGET = {
+    Op.COMMIT: State.COMMITTED,
+    Op.ROLLBACK: State.ROLLED_BACK,
+    Op.DISCARD: State.DISCARDED,
+    Op.RESUME: State.PREPARED,
+}
+_ALLOWED_FROM = {
+    Op.COMMIT: {State.PREPARED, State.DISCARDED},
+    Op.ROLLBACK: {State.PREPARED, State.DISCARDED},
+    Op.DISCARD: {State.PREPARED},
+    Op.RESUME: {State.DISCARDED},
+}
+_REPEATABLE = {Op.COMMIT, Op.ROLLBACK}
+RESOLVED = frozenset({State.COMMITTED, State.ROLLED_BACK})
+
+
+def target(op: Op) -> State:
+    return _TARGET[op]
+
+
+def decide(state: State, op: Op) -> Outcome:
+    if state in _ALLOWED_FROM[op]:
+        return Outcome.APPLY
+    if op in _REPEATABLE and state == _TARGET[op]:
+        return Outcome.REPEAT
+    return Outcome.CONFLICT

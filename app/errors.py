@@ -1,0 +1,42 @@
+"""The error family every layer raises and the API renders as RFC 9457 problem+json."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class ApiError(Exception):
+    status = 400
+    code = "bad_request"
+    title = "Bad request"
+
+    def __init__(self, detail: str, *, code: str | None = None, **extra: Any) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        if code is not None:
+            self.code = code
+        self.extra = extra
+
+
+class InvalidRequest(ApiError):
+    status, code, title = 400, "invalid_request", "Invalid request"
+
+
+class NotFound(ApiError):
+    status, code, title = 404, "not_found", "Not found"
+
+
+class Conflict(ApiError):
+    status, code, title = 409, "conflict", "State conflict"
+
+
+class PayloadTooLarge(ApiError):
+    status, code, title = 413, "payload_too_large", "Payload too large"
+
+
+class UnregisteredProducerGroup(ApiError):
+    status, code, title = 422, "unregistered_producer_group", "Unregistered producer group"
+
+
+class DatabaseUnavailable(ApiError):
+    status, code, title = 503, "database_unavailable", "Database unavailable"

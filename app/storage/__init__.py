@@ -1,0 +1,1 @@
+"""Storage: the schema, the engine and every SQL statement, in SQLAlchemy Core."""

@@ -1,0 +1,166 @@
+"""The tables. Alembic's history (``migrations/``) creates them; this module describes them.
+
+Table groups:
+- ``producer_group``: check-callback registrations.
+- ``txn`` and ``half_message``: the half table, one row per transaction and per message.
+  ``txn.state`` is the op log folded into one column, kept in the same database
+  transaction as the op row that changes it, so that "unresolved" is an indexed lookup
+  (the partial index ``ix_txn_due``) whose cost does not grow with resolved history.
+- ``op_log``: append-only COMMIT / ROLLBACK / DISCARD / RESUME records.
+- ``check_log``: one row per check delivered, with its number and result.
+- ``message_log`` and ``topic_offset``: the committed log, with dense per-topic offsets
+  (``queue_offset``) handed out from a per-topic counter row inside the commit.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    Column,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+    text,
+)
+from sqlalchemy.types import TypeDecorator
+
+NAME = String(127)
+BigId = BigInteger().with_variant(Integer(), "sqlite")
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Aware UTC datetimes in Python on every backend (SQLite stores naive text)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: Any, dialect: Any) -> datetime | None:
+        if value is None:
+            return None
+        value = value.astimezone(UTC)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: Any, dialect: Any) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            return value.replace(tzinfo=UTC)
+        return value.astimezone(UTC)
+
+
+metadata = MetaData(
+    naming_convention={
+        "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+        "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+        "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+        "pk": "pk_%(table_name)s",
+    }
+)
+
+producer_group = Table(
+    "producer_group",
+    metadata,
+    Column("name", NAME, primary_key=True),
+    Column("check_urls", Text, nullable=False),
+    Column("check_timeout_ms", Integer, nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("updated_at", UTCDateTime, nullable=False),
+)
+
+txn = Table(
+    "txn",
+    metadata,
+    Column("id", BigId, primary_key=True, autoincrement=True),
+    Column("producer_group", NAME, nullable=False),
+    Column("transaction_id", String(128), nullable=False),
+    Column("state", String(16), nullable=False),
+    Column("fingerprint", String(64), nullable=False),
+    Column("message_count", Integer, nullable=False),
+    Column("check_url", Text, nullable=True),
+    Column("check_immunity_seconds", Integer, nullable=False),
+    Column("check_times", Integer, nullable=False, server_default=text("0")),
+    Column("next_check_at", UTCDateTime, nullable=False),
+    Column("lease_owner", String(64), nullable=True),
+    Column("lease_until", UTCDateTime, nullable=True),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("resolved_at", UTCDateTime, nullable=True),
+    UniqueConstraint("producer_group", "transaction_id"),
+    Index(
+        "ix_txn_due",
+        "next_check_at",
+        postgresql_where=text("state = 'PREPARED'"),
+        sqlite_where=text("state = 'PREPARED'"),
+    ),
+    Index("ix_txn_group_state", "producer_group", "state", "id"),
+)
+
+half_message = Table(
+    "half_message",
+    metadata,
+    Column("id", BigId, primary_key=True, autoincrement=True),
+    Column("message_id", String(32), nullable=False, unique=True),
+    Column("txn_id", BigId, ForeignKey("txn.id"), nullable=False),
+    Column("seq", Integer, nullable=False),
+    Column("topic", NAME, nullable=False),
+    Column("tag", Text, nullable=True),
+    Column("keys", Text, nullable=False),
+    Column("properties", Text, nullable=False),
+    Column("body", LargeBinary, nullable=False),
+    Column("body_is_text", Boolean, nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+    Index("ix_half_message_txn_id_seq", "txn_id", "seq"),
+)
+
+op_log = Table(
+    "op_log",
+    metadata,
+    Column("id", BigId, primary_key=True, autoincrement=True),
+    Column("txn_id", BigId, ForeignKey("txn.id"), nullable=False),
+    Column("op", String(16), nullable=False),
+    Column("source", String(16), nullable=False),
+    Column("check_times", Integer, nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+    Index("ix_op_log_txn_id", "txn_id"),
+)
+
+check_log = Table(
+    "check_log",
+    metadata,
+    Column("id", BigId, primary_key=True, autoincrement=True),
+    Column("txn_id", BigId, ForeignKey("txn.id"), nullable=False),
+    Column("check_times", Integer, nullable=False),
+    Column("result", String(16), nullable=False),
+    Column("url", Text, nullable=True),
+    Column("detail", Text, nullable=True),
+    Column("created_at", UTCDateTime, nullable=False),
+    Index("ix_check_log_txn_id", "txn_id"),
+)
+
+message_log = Table(
+    "message_log",
+    metadata,
+    Column("topic", NAME, primary_key=True),
+    Column("queue_offset", BigInteger, primary_key=True, autoincrement=False),
+    Column("half_message_id", BigId, ForeignKey("half_message.id"), nullable=False),
+    Column("properties", Text, nullable=True),
+    Column("committed_at", UTCDateTime, nullable=False),
+    Index("ix_message_log_half_message_id", "half_message_id"),
+)
+
+topic_offset = Table(
+    "topic_offset",
+    metadata,
+    Column("topic", NAME, primary_key=True),
+    Column("next_offset", BigInteger, nullable=False),
+)

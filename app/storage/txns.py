@@ -1,0 +1,192 @@
+"""SQL of the half table, op log, check log and committed log (txn, half_message, op_log,
+message_log, topic_offset). Every statement on these tables lives here."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from sqlalchemy import Connection, Row, and_, bindparam, func, insert, select, tuple_, update
+from sqlalchemy.dialects import postgresql, sqlite
+
+from app.storage.schema import half_message, message_log, op_log, topic_offset, txn
+
+Key = tuple[str, str]  # (producer_group, transaction_id)
+
+TXN_COLUMNS = (
+    txn.c.id, txn.c.producer_group, txn.c.transaction_id, txn.c.state, txn.c.fingerprint,
+    txn.c.message_count, txn.c.check_url, txn.c.check_immunity_seconds, txn.c.check_times,
+    txn.c.next_check_at, txn.c.created_at, txn.c.resolved_at,
+)
+MESSAGE_COLUMNS = (
+    half_message.c.id, half_message.c.txn_id, half_message.c.seq, half_message.c.message_id,
+    half_message.c.topic, half_message.c.tag, half_message.c["keys"], half_message.c.properties,
+    half_message.c.body, half_message.c.body_is_text, half_message.c.created_at,
+)
+
+ID_COLUMNS = (half_message.c.txn_id, half_message.c.message_id, half_message.c.topic)
+PUBLISH_COLUMNS = (*ID_COLUMNS, half_message.c.id, half_message.c.properties)
+
+
+def find_txns(conn: Connection, keys: Iterable[Key], *, lock: bool = False) -> dict[Key, Row]:
+    """Transactions by (group, transaction id); ``lock`` takes their row locks in id order."""
+    keys = sorted(set(keys))
+    if not keys:
+        return {}
+    stmt = (
+        select(*TXN_COLUMNS)
+        .where(tuple_(txn.c.producer_group, txn.c.transaction_id).in_(keys))
+        .order_by(txn.c.id)
+    )
+    if lock:
+        stmt = stmt.with_for_update()
+    return {(r.producer_group, r.transaction_id): r for r in conn.execute(stmt)}
+
+
+def get_txn(conn: Connection, group: str, transaction_id: str) -> Row | None:
+    return find_txns(conn, [(group, transaction_id)]).get((group, transaction_id))
+
+
+def list_txns(conn: Connection, group: str, state: str | None, after_id: int,
+              limit: int) -> list[Row]:
+    stmt = select(*TXN_COLUMNS).where(txn.c.producer_group == group, txn.c.id > after_id)
+    if state is not None:
+        stmt = stmt.where(txn.c.state == state)
+    return list(conn.execute(stmt.order_by(txn.c.id).limit(limit)))
+
+
+def insert_txns(conn: Connection, rows: Sequence[Mapping[str, Any]]) -> list[int]:
+    """Insert transactions; their new ids, in the order given."""
+    if not rows:
+        return []
+    result = conn.execute(
+        insert(txn).returning(txn.c.id, sort_by_parameter_order=True), list(rows)
+    )
+    return [r.id for r in result]
+
+
+def insert_messages(conn: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
+    if rows:
+        conn.execute(insert(half_message), list(rows))
+
+
+def messages_of(conn: Connection, txn_ids: Iterable[int],
+                columns: Sequence[Any] = MESSAGE_COLUMNS) -> dict[int, list[Row]]:
+    """The half messages of these transactions, by transaction id, in send order."""
+    ids = sorted(set(txn_ids))
+    out: dict[int, list[Row]] = {i: [] for i in ids}
+    if not ids:
+        return out
+    stmt = (select(*columns).where(half_message.c.txn_id.in_(ids))
+            .order_by(half_message.c.txn_id, half_message.c.seq))
+    for row in conn.execute(stmt):
+        out[row.txn_id].append(row)
+    return out
+
+
+def committed_offsets(conn: Connection, txn_ids: Iterable[int]) -> dict[int, list[Row]]:
+    """(message_id, topic, offset) of committed transactions, in send order."""
+    ids = sorted(set(txn_ids))
+    out: dict[int, list[Row]] = {i: [] for i in ids}
+    if not ids:
+        return out
+    stmt = (
+        select(half_message.c.txn_id, half_message.c.message_id, half_message.c.topic,
+               message_log.c.queue_offset)
+        .join(message_log, and_(message_log.c.half_message_id == half_message.c.id,
+                                message_log.c.topic == half_message.c.topic))
+        .where(half_message.c.txn_id.in_(ids))
+        .order_by(half_message.c.txn_id, half_message.c.seq)
+    )
+    for row in conn.execute(stmt):
+        out[row.txn_id].append(row)
+    return out
+
+
+def reserve_offsets(conn: Connection, counts: Mapping[str, int]) -> dict[str, int]:
+    """Take ``counts[topic]`` consecutive offsets per topic; the first offset of each range.
+
+    The counter row stays locked until the caller's transaction ends, so a later range
+    of a topic can only commit after every earlier one: readers never see a gap.
+    Topics are locked in sorted order so concurrent writers cannot deadlock.
+    """
+    firsts: dict[str, int] = {}
+    dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
+    for topic in sorted(counts):
+        n = counts[topic]
+        stmt = dialect.insert(topic_offset).values(topic=topic, next_offset=n)
+        stmt = stmt.on_conflict_do_update(
+            index_elements=[topic_offset.c.topic],
+            set_={"next_offset": topic_offset.c.next_offset + stmt.excluded.next_offset},
+        ).returning(topic_offset.c.next_offset)
+        firsts[topic] = conn.execute(stmt).scalar_one() - n
+    return firsts
+
+
+def insert_message_log(conn: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
+    if rows:
+        conn.execute(insert(message_log), list(rows))
+
+
+def insert_ops(conn: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
+    if rows:
+        conn.execute(insert(op_log), list(rows))
+
+
+_UPDATE_STATE = (
+    update(txn)
+    .where(txn.c.id == bindparam("b_id"))
+    .values(
+        state=bindparam("b_state"),
+        resolved_at=bindparam("b_resolved_at"),
+        check_times=bindparam("b_check_times"),
+        next_check_at=bindparam("b_next_check_at"),
+        lease_owner=None,
+        lease_until=None,
+    )
+)
+
+
+def update_states(conn: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
+    """Rows of b_id, b_state, b_resolved_at, b_check_times, b_next_check_at."""
+    if rows:
+        conn.execute(_UPDATE_STATE, list(rows))
+
+
+def read_topic(conn: Connection, topic: str, from_offset: int, limit: int) -> list[Row]:
+    stmt = (
+        select(message_log.c.queue_offset, message_log.c.committed_at,
+               func.coalesce(message_log.c.properties, half_message.c.properties)
+               .label("properties"),
+               half_message.c.message_id, half_message.c["keys"], half_message.c.tag,
+               half_message.c.body, half_message.c.body_is_text, half_message.c.created_at,
+               txn.c.transaction_id, txn.c.producer_group)
+        .join(half_message, half_message.c.id == message_log.c.half_message_id)
+        .join(txn, txn.c.id == half_message.c.txn_id)
+        .where(message_log.c.topic == topic, message_log.c.queue_offset >= from_offset)
+        .order_by(message_log.c.queue_offset)
+        .limit(limit)
+    )
+    return list(conn.execute(stmt))
+
+
+def list_topics(conn: Connection) -> list[Row]:
+    return list(conn.execute(select(topic_offset).order_by(topic_offset.c.topic)))
+
+
+def get_message(conn: Connection, message_id: str) -> Row | None:
+    stmt = (
+        select(*MESSAGE_COLUMNS, txn.c.transaction_id, txn.c.producer_group,
+               txn.c.state, message_log.c.queue_offset, message_log.c.committed_at)
+        .join(txn, txn.c.id == half_message.c.txn_id)
+        .outerjoin(message_log, and_(message_log.c.half_message_id == half_message.c.id,
+                                     message_log.c.topic == half_message.c.topic))
+        .where(half_message.c.message_id == message_id)
+    )
+    return conn.execute(stmt).first()
+
+
+def count_unresolved_messages(conn: Connection) -> int:
+    stmt = select(func.coalesce(func.sum(txn.c.message_count), 0)).where(txn.c.state == "PREPARED")
+    return int(conn.execute(stmt).scalar_one())
+

@@ -1,0 +1,138 @@
+"""Group commit: many concurrent requests share one database transaction.
+
+A single writer thread takes the first waiting request, drains whatever else is queued
+(up to ``max_batch``) and applies the whole batch in one transaction. It never waits for
+more work: a batch flushes as soon as the writer is free or the batch is full. Each
+caller blocks until the transaction holding its request has committed, so every answer
+is sent only after its data is durable.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+from sqlalchemy import Connection, Engine
+from sqlalchemy import exc as sa_exc
+
+from app.errors import ApiError, DatabaseUnavailable
+from app.storage.db import write_transaction
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+ApplyFn = Callable[[Connection, Sequence[T]], list[Any]]
+
+
+@dataclass
+class WriterStats:
+    transactions: int = 0
+    requests: int = 0
+    largest_batch: int = 0
+    fallbacks: int = 0
+
+
+@dataclass
+class _Pending(Generic[T]):
+    item: T
+    future: Future = field(default_factory=Future)
+
+
+class GroupCommitWriter(Generic[T]):
+    """Applies submitted items in shared transactions with ``apply(conn, items)``.
+
+    ``apply`` returns one outcome per item: a value, or an ``ApiError`` instance that is
+    raised in the submitting thread (a per-request refusal does not abort the batch).
+    If the batch's transaction fails as a whole, each item is retried alone, so one bad
+    request (say a unique-key race with another process) cannot fail its neighbours.
+    """
+
+    def __init__(self, engine: Engine, apply: ApplyFn, *, max_batch: int = 512,
+                 name: str = "txmsg-writer") -> None:
+        self._engine = engine
+        self._apply = apply
+        self._max_batch = max_batch
+        self._queue: queue.SimpleQueue[_Pending[T] | None] = queue.SimpleQueue()
+        self.stats = WriterStats()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def submit(self, item: T) -> Any:
+        pending: _Pending[T] = _Pending(item)
+        self._queue.put(pending)
+        return pending.future.result()
+
+    def close(self) -> None:
+        self._queue.put(None)
+        self._thread.join(timeout=10)
+
+    def _run(self) -> None:
+        while True:
+            first = self._queue.get()
+            if first is None:
+                return
+            batch = [first]
+            while len(batch) < self._max_batch:
+                try:
+                    nxt = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if nxt is None:
+                    self._queue.put(None)
+                    break
+                batch.append(nxt)
+            self._flush(batch)
+
+    def _flush(self, batch: list[_Pending[T]], attempt: int = 0) -> None:
+        try:
+            outcomes = self._transact(batch)
+        except (sa_exc.DBAPIError, sa_exc.SQLAlchemyError) as exc:
+            if _is_lock_conflict(exc) and attempt < 3:
+                self._flush(batch, attempt + 1)
+                return
+            if len(batch) > 1 and not _is_connectivity(exc):
+                self.stats.fallbacks += 1
+                log.info("batch of %d failed (%s); retrying one by one", len(batch), exc)
+                for pending in batch:
+                    self._flush([pending])
+                return
+            error: BaseException = (
+                DatabaseUnavailable(f"database unavailable: {type(exc).__name__}")
+                if _is_connectivity(exc) else exc
+            )
+            for pending in batch:
+                pending.future.set_exception(error)
+            return
+        except BaseException as exc:  # a bug in apply: report it to every waiter, keep serving
+            log.exception("group commit batch failed")
+            for pending in batch:
+                pending.future.set_exception(exc)
+            return
+        for pending, outcome in zip(batch, outcomes, strict=True):
+            if isinstance(outcome, ApiError):
+                pending.future.set_exception(outcome)
+            else:
+                pending.future.set_result(outcome)
+
+    def _transact(self, batch: list[_Pending[T]]) -> list[Any]:
+        with write_transaction(self._engine) as conn:
+            outcomes = self._apply(conn, [p.item for p in batch])
+        self.stats.transactions += 1
+        self.stats.requests += len(batch)
+        self.stats.largest_batch = max(self.stats.largest_batch, len(batch))
+        return outcomes
+
+
+def _is_connectivity(exc: BaseException) -> bool:
+    return isinstance(exc, (sa_exc.OperationalError, sa_exc.InterfaceError, sa_exc.TimeoutError)) \
+        and not _is_lock_conflict(exc)
+
+
+def _is_lock_conflict(exc: BaseException) -> bool:
+    text = str(exc).lower()
+    return "deadlock" in text or "could not serialize" in text or "database is locked" in text

@@ -1,0 +1,43 @@
+"""The Flask application factory."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from flask import Flask
+from sqlalchemy import Engine
+
+from app.api import groups, health, topics, transactions
+from app.api.http import register_error_handlers
+from app.config import Settings
+from app.domain.lifecycle import Lifecycle
+from app.storage.db import make_engine
+
+
+@dataclass
+class AppState:
+    settings: Settings
+    engine: Engine
+    lifecycle: Lifecycle
+
+    def close(self) -> None:
+        self.lifecycle.close()
+        self.engine.dispose()
+
+
+def create_app(settings: Settings | None = None, *, engine: Engine | None = None) -> Flask:
+    """Build the API: settings from the environment unless given, one engine, two writers."""
+    settings = settings or Settings()
+    engine = engine or make_engine(settings)
+    app = Flask(__name__)
+    app.config["MAX_CONTENT_LENGTH"] = max(64 * 1024 * 1024, 2 * settings.max_body_bytes)
+    app.extensions["txmsg"] = AppState(settings, engine, Lifecycle(engine, settings))
+    register_error_handlers(app)
+    for bp in (groups.bp, transactions.bp, topics.bp, health.bp):
+        app.register_blueprint(bp)
+    return app
+
+
+def app_from_env() -> Flask:
+    """WSGI entry point for the web server (settings from TXMSG_* variables)."""
+    return create_app()

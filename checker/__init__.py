@@ -1,0 +1,1 @@
+"""Check service: asks producers about unresolved transactions."""

@@ -1,0 +1,1 @@
+"""Alembic migration history of txmsg (one history for PostgreSQL and SQLite)."""

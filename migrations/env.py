@@ -1,0 +1,55 @@
+"""Alembic environment: URL from settings, timeouts, an advisory lock, one transaction each."""
+
+from __future__ import annotations
+
+from alembic import context
+from sqlalchemy import text
+
+from app.config import Settings
+from app.storage.db import make_engine
+from app.storage.schema import metadata
+
+MIGRATION_LOCK_ID = 0x7478_6D73  # "txms": serialises concurrent `txmsg migrate` runs
+
+
+def run_migrations_online() -> None:
+    config = context.config
+    connection = config.attributes.get("connection")
+    if connection is not None:
+        _run(connection)
+        return
+    url = config.attributes.get("database_url") or Settings().database_url
+    engine = make_engine(Settings(database_url=url), pool=False)
+    try:
+        with engine.connect() as conn:
+            _run(conn)
+    finally:
+        engine.dispose()
+
+
+def _run(connection) -> None:  # type: ignore[no-untyped-def]
+    postgres = connection.dialect.name == "postgresql"
+    if postgres:
+        connection.execute(text("SET lock_timeout = '10s'"))
+        connection.execute(text("SET statement_timeout = '120s'"))
+        connection.execute(text("SELECT pg_advisory_lock(:k)"), {"k": MIGRATION_LOCK_ID})
+        connection.commit()
+    try:
+        context.configure(
+            connection=connection,
+            target_metadata=metadata,
+            transaction_per_migration=True,
+            render_as_batch=connection.dialect.name == "sqlite",
+            compare_type=True,
+        )
+        context.run_migrations()
+        connection.commit()
+    finally:
+        if postgres:
+            connection.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": MIGRATION_LOCK_ID})
+            connection.commit()
+
+
+if context.is_offline_mode():
+    raise SystemExit("txmsg migrations run online only")
+run_migrations_online()

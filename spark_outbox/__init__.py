@@ -1,0 +1,1 @@
+"""Spark job: incremental ingestion of committed messages into Parquet."""
