@@ -2,26 +2,199 @@
 
 from __future__ import annotations
 
+import base64
 
-def register(client, group: str = "orders-svc") -> None:  # type: ignore[no-untyped-def]
-    r = client.put(f"/v1/producer-groups/{group}",
-                   json={"check_urls": ["http://127.0.0.1:9/check"]})
-    assert r.status_code == 200, r.json
+from tests.integration.helpers import finish, register, row_counts, send
 
 
 def test_send_commit_read(client) -> None:  # type: ignore[no-untyped-def]
     register(client)
-    r = client.post("/v1/producer-groups/orders-svc/transactions",
-                    json={"topic": "orders", "body": "hello", "keys": ["o-1"], "tag": "created"})
+    r = send(client, topic="orders", body="hello", keys=["o-1"], tag="created",
+             properties={"region": "eu"})
     assert r.status_code == 201
     sent = r.json
-    assert sent["state"] == "PREPARED"
+    assert sent["state"] == "PREPARED" and sent["producer_group"] == "orders-svc"
     assert client.get("/v1/topics/orders/messages").json["messages"] == []
 
-    r = client.post(f"/v1/producer-groups/orders-svc/transactions/{sent['transaction_id']}/commit")
+    r = finish(client, sent["transaction_id"], "commit")
     assert r.status_code == 200
-    assert r.json["messages"] == [{"message_id": sent["messages"][0]["message_id"],
-                                   "topic": "orders", "offset": 0}]
+    assert r.json == {"transaction_id": sent["transaction_id"], "state": "COMMITTED",
+                      "messages": [{"message_id": sent["messages"][0]["message_id"],
+                                    "topic": "orders", "offset": 0}]}
     page = client.get("/v1/topics/orders/messages").json
-    assert [m["body"] for m in page["messages"]] == ["hello"]
-    assert page["messages"][0]["keys"] == ["o-1"] and page["next_offset"] == 1
+    assert page["next_offset"] == 1
+    (msg,) = page["messages"]
+    assert msg["body"] == "hello" and msg["keys"] == ["o-1"] and msg["tag"] == "created"
+    assert msg["properties"] == {"region": "eu"} and msg["offset"] == 0
+    assert msg["transaction_id"] == sent["transaction_id"]
+    assert msg["created_at"].endswith("Z") and msg["committed_at"].endswith("Z")
+
+
+def test_binary_body_round_trips(client) -> None:  # type: ignore[no-untyped-def]
+    register(client)
+    raw = bytes(range(256))
+    sent = send(client, topic="blobs", body_base64=base64.b64encode(raw).decode()).json
+    finish(client, sent["transaction_id"], "commit")
+    (msg,) = client.get("/v1/topics/blobs/messages").json["messages"]
+    assert "body" not in msg and base64.b64decode(msg["body_base64"]) == raw
+    one = client.get(f"/v1/messages/{sent['messages'][0]['message_id']}").json
+    assert one["state"] == "COMMITTED" and one["offset"] == 0 and one["topic"] == "blobs"
+
+
+def test_rollback_never_visible(client) -> None:  # type: ignore[no-untyped-def]
+    register(client)
+    sent = send(client).json
+    r = finish(client, sent["transaction_id"], "rollback")
+    assert r.status_code == 200
+    assert r.json == {"transaction_id": sent["transaction_id"], "state": "ROLLED_BACK"}
+    assert finish(client, sent["transaction_id"], "rollback").status_code == 200
+    assert client.get("/v1/topics/orders/messages").json["messages"] == []
+    got = client.get(f"/v1/producer-groups/orders-svc/transactions/{sent['transaction_id']}")
+    assert got.json["state"] == "ROLLED_BACK" and got.json["resolved_at"] is not None
+
+
+def test_repeated_commit_never_duplicates(client, app) -> None:  # type: ignore[no-untyped-def]
+    """RocketMQ #5574: a retried commit must not publish the message twice."""
+    register(client)
+    sent = send(client).json
+    answers = [finish(client, sent["transaction_id"], "commit") for _ in range(5)]
+    assert {a.status_code for a in answers} == {200}
+    assert all(a.json == answers[0].json for a in answers)
+    assert len(client.get("/v1/topics/orders/messages").json["messages"]) == 1
+    counts = row_counts(app.extensions["txmsg"].engine)
+    assert counts["message_log"] == 1 and counts["op_log"] == 1
+
+
+def test_commit_after_rollback_and_rollback_after_commit_conflict(client) -> None:  # type: ignore[no-untyped-def]
+    """RocketMQ #2694, #8158: the first resolution wins; the other answers 409."""
+    register(client)
+    a = send(client).json["transaction_id"]
+    b = send(client).json["transaction_id"]
+    finish(client, a, "rollback")
+    finish(client, b, "commit")
+    r = finish(client, a, "commit")
+    assert r.status_code == 409 and r.json["code"] == "invalid_state_transition"
+    assert r.headers["Content-Type"] == "application/problem+json"
+    r = finish(client, b, "rollback")
+    assert r.status_code == 409 and r.json["state"] == "COMMITTED"
+    assert len(client.get("/v1/topics/orders/messages").json["messages"]) == 1
+
+
+def test_unknown_transaction_is_404(client) -> None:  # type: ignore[no-untyped-def]
+    register(client)
+    for op in ("commit", "rollback", "resume-check"):
+        r = finish(client, "nope", op)
+        assert r.status_code == 404 and r.json["code"] == "transaction_not_found"
+    assert client.get("/v1/producer-groups/orders-svc/transactions/nope").status_code == 404
+
+
+def test_retried_send_never_duplicates(client, app) -> None:  # type: ignore[no-untyped-def]
+    register(client)
+    body = {"transaction_id": "order-42",
+            "messages": [{"topic": "orders", "body": "a"}, {"topic": "audit", "body": "b"}]}
+    first = send(client, **body)
+    assert first.status_code == 201
+    again = send(client, **body)
+    assert again.status_code == 200 and again.json == first.json
+    finish(client, "order-42", "commit")
+    after_commit = send(client, **body)
+    assert after_commit.status_code == 200
+    assert after_commit.json["messages"] == first.json["messages"]
+    counts = row_counts(app.extensions["txmsg"].engine)
+    assert counts["txn"] == 1 and counts["half_message"] == 2
+    other = send(client, transaction_id="order-42",
+                 messages=[{"topic": "orders", "body": "DIFFERENT"}])
+    assert other.status_code == 409 and other.json["code"] == "transaction_id_conflict"
+
+
+def test_multi_topic_transaction_gets_offsets_per_topic(client) -> None:  # type: ignore[no-untyped-def]
+    register(client)
+    sent = send(client, messages=[{"topic": "a", "body": "1"}, {"topic": "b", "body": "2"},
+                                  {"topic": "a", "body": "3"}]).json
+    committed = finish(client, sent["transaction_id"], "commit").json
+    assert [(m["topic"], m["offset"]) for m in committed["messages"]] == [
+        ("a", 0), ("b", 0), ("a", 1)]
+    assert [m["body"] for m in client.get("/v1/topics/a/messages").json["messages"]] == ["1", "3"]
+    topics = client.get("/v1/topics").json["topics"]
+    assert topics == [{"topic": "a", "next_offset": 2}, {"topic": "b", "next_offset": 1}]
+
+
+def test_paging_by_offset(client) -> None:  # type: ignore[no-untyped-def]
+    register(client)
+    for i in range(5):
+        tx = send(client, topic="p", body=str(i)).json["transaction_id"]
+        finish(client, tx, "commit")
+    page = client.get("/v1/topics/p/messages?from_offset=1&limit=2").json
+    assert [m["body"] for m in page["messages"]] == ["1", "2"] and page["next_offset"] == 3
+    page = client.get("/v1/topics/p/messages?from_offset=3&limit=100").json
+    assert [m["offset"] for m in page["messages"]] == [3, 4] and page["next_offset"] == 5
+    assert client.get("/v1/topics/p/messages?from_offset=9").json == {
+        "topic": "p", "messages": [], "next_offset": 9}
+    assert client.get("/v1/topics/unknown/messages").json["messages"] == []
+
+
+def test_list_and_get_transactions(client) -> None:  # type: ignore[no-untyped-def]
+    register(client)
+    ids = [send(client, body=str(i)).json["transaction_id"] for i in range(3)]
+    finish(client, ids[0], "commit")
+    listed = client.get("/v1/producer-groups/orders-svc/transactions?state=PREPARED").json
+    assert [t["transaction_id"] for t in listed["transactions"]] == ids[1:]
+    page1 = client.get("/v1/producer-groups/orders-svc/transactions?limit=2").json
+    assert len(page1["transactions"]) == 2 and page1["next_after"]
+    page2 = client.get(
+        f"/v1/producer-groups/orders-svc/transactions?limit=2&after={page1['next_after']}").json
+    assert [t["transaction_id"] for t in page2["transactions"]] == ids[2:]
+    one = client.get(f"/v1/producer-groups/orders-svc/transactions/{ids[0]}").json
+    assert one["state"] == "COMMITTED" and one["check_times"] == 0
+    assert one["messages"][0]["offset"] == 0
+
+
+def test_resume_check_only_from_discarded(client, app) -> None:  # type: ignore[no-untyped-def]
+    from app.domain.states import Op
+
+    register(client)
+    tx = send(client, check_immunity_seconds=60).json["transaction_id"]
+    r = finish(client, tx, "resume-check")
+    assert r.status_code == 409
+    app.extensions["txmsg"].lifecycle.finish("orders-svc", tx, Op.DISCARD, source="check",
+                                             check_times=15)
+    got = client.get(f"/v1/producer-groups/orders-svc/transactions/{tx}").json
+    assert got["state"] == "DISCARDED" and got["check_times"] == 15
+    (dead,) = client.get("/v1/topics/TRANS_CHECK_MAX_TIME_TOPIC/messages").json["messages"]
+    assert dead["properties"] == {"REAL_TOPIC": "orders", "TRANSACTION_ID": tx,
+                                  "PRODUCER_GROUP": "orders-svc", "CHECK_TIMES": "15"}
+    r = finish(client, tx, "resume-check")
+    assert r.status_code == 200 and r.json["state"] == "PREPARED"
+    got = client.get(f"/v1/producer-groups/orders-svc/transactions/{tx}").json
+    assert got["state"] == "PREPARED" and got["check_times"] == 0
+    # a late commit of a discarded transaction resolves it; the discard entry stays
+    app.extensions["txmsg"].lifecycle.finish("orders-svc", tx, Op.DISCARD, check_times=15)
+    assert finish(client, tx, "commit").status_code == 200
+    assert len(client.get("/v1/topics/orders/messages").json["messages"]) == 1
+    assert len(client.get("/v1/topics/TRANS_CHECK_MAX_TIME_TOPIC/messages").json["messages"]) == 2
+
+
+def test_groups_crud(client) -> None:  # type: ignore[no-untyped-def]
+    r = client.put("/v1/producer-groups/g", json={"check_urls": ["https://x.example/cb"],
+                                                   "check_timeout_ms": 500})
+    assert r.status_code == 200 and r.json["check_timeout_ms"] == 500
+    r = client.put("/v1/producer-groups/g", json={"check_urls": ["http://127.0.0.1:1/a"]})
+    assert r.json["check_urls"] == ["http://127.0.0.1:1/a"] and r.json["check_timeout_ms"] == 3000
+    assert client.get("/v1/producer-groups/g").json["check_urls"] == ["http://127.0.0.1:1/a"]
+    assert client.delete("/v1/producer-groups/g").status_code == 204
+    assert client.get("/v1/producer-groups/g").status_code == 404
+    assert client.delete("/v1/producer-groups/g").status_code == 404
+    r = send(client, group="g")
+    assert r.status_code == 422 and r.json["code"] == "unregistered_producer_group"
+
+
+def test_health_and_metrics(client) -> None:  # type: ignore[no-untyped-def]
+    assert client.get("/healthz").json == {"status": "ok"}
+    assert client.get("/readyz").json["status"] == "ready"
+    register(client)
+    send(client)
+    text = client.get("/metrics").data.decode()
+    assert "txmsg_half_messages 1.0" in text
+    for name in ("txmsg_commit_messages_total", "txmsg_rollback_messages_total",
+                 "txmsg_discard_messages_total", "txmsg_finish_latency_seconds"):
+        assert name in text

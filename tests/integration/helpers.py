@@ -1,0 +1,31 @@
+"""Small API helpers shared by integration tests."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Engine, func, select
+
+from app.storage.schema import metadata
+
+
+def register(client: Any, group: str = "orders-svc",
+             urls: tuple[str, ...] = ("http://127.0.0.1:9/check",)) -> None:
+    r = client.put(f"/v1/producer-groups/{group}", json={"check_urls": list(urls)})
+    assert r.status_code == 200, r.json
+
+
+def send(client: Any, group: str = "orders-svc", **body: Any) -> Any:
+    if "messages" not in body and "topic" not in body:
+        body = {"topic": "orders", "body": "hello", **body}
+    return client.post(f"/v1/producer-groups/{group}/transactions", json=body)
+
+
+def finish(client: Any, txid: str, op: str, group: str = "orders-svc") -> Any:
+    return client.post(f"/v1/producer-groups/{group}/transactions/{txid}/{op}")
+
+
+def row_counts(engine: Engine) -> dict[str, int]:
+    with engine.connect() as conn:
+        return {t.name: conn.execute(select(func.count()).select_from(t)).scalar_one()
+                for t in metadata.sorted_tables}
