@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import orjson
@@ -12,6 +13,9 @@ from app.errors import ApiError, InvalidRequest
 
 PROBLEM_TYPE = "urn:txmsg:problem:"
 _ORJSON_OPTIONS = orjson.OPT_UTC_Z | orjson.OPT_NAIVE_UTC
+# plain decimal digits only (int() would also take "1_0", " 7" or other scripts' digits)
+_INT_RE = re.compile(r"-?[0-9]{1,19}")
+MAX_INT64 = 2**63 - 1  # a larger offset or cursor overflows the database's integers
 
 
 def json_response(body: Any, status: int = 200) -> Response:
@@ -30,16 +34,13 @@ def json_body() -> Any:
         raise InvalidRequest(f"the body is not valid JSON: {exc}", code="invalid_json") from None
 
 
-def int_arg(name: str, default: int, lo: int, hi: int | None = None) -> int:
+def int_arg(name: str, default: int, lo: int, hi: int = MAX_INT64) -> int:
     raw = request.args.get(name)
     if raw is None:
         return default
-    try:
-        value = int(raw, 10)
-    except ValueError:
-        value = None
-    if value is None or value < lo or (hi is not None and value > hi):
-        bounds = f"{lo}..{hi}" if hi is not None else f">= {lo}"
+    value = int(raw) if _INT_RE.fullmatch(raw) else None
+    if value is None or value < lo or value > hi:
+        bounds = f"{lo}..{hi}" if hi != MAX_INT64 else f">= {lo}"
         raise InvalidRequest(f"query parameter {name} must be an integer {bounds}, got {raw!r}",
                              code="invalid_query_parameter", parameter=name)
     return value

@@ -6,7 +6,7 @@ from flask import Blueprint, Response
 
 from app.api.http import int_arg, json_response, limit_arg, state
 from app.domain import reads
-from app.domain.names import check_readable_topic
+from app.domain.names import check_message_id, check_readable_topic
 
 bp = Blueprint("topics", __name__, url_prefix="/v1")
 
@@ -28,4 +28,5 @@ def read_topic(topic: str) -> Response:
 @bp.get("/messages/<message_id>")
 def get_message(message_id: str) -> Response:
     """One message, its transaction's state and, once committed, its offset."""
+    check_message_id(message_id)
     return json_response(reads.get_message(state().engine, message_id))

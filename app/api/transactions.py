@@ -7,7 +7,7 @@ from flask import Blueprint, Response, request
 from app.api.http import int_arg, json_body, json_response, limit_arg, state
 from app.domain import reads
 from app.domain.messages import parse_transaction
-from app.domain.names import check_group_name
+from app.domain.names import check_group_name, check_transaction_id
 from app.domain.states import Op
 
 bp = Blueprint("transactions", __name__, url_prefix="/v1/producer-groups/<group>/transactions")
@@ -25,6 +25,7 @@ def send(group: str) -> Response:
 
 def _finish(group: str, transaction_id: str, op: Op) -> Response:
     check_group_name(group)
+    check_transaction_id(transaction_id)
     return json_response(state().lifecycle.finish(group, transaction_id, op).body)
 
 
@@ -50,6 +51,7 @@ def resume_check(group: str, transaction_id: str) -> Response:
 def get_transaction(group: str, transaction_id: str) -> Response:
     """One transaction with its state, check count and messages."""
     check_group_name(group)
+    check_transaction_id(transaction_id)
     return json_response(reads.get_transaction(state().engine, group, transaction_id))
 
 

@@ -28,7 +28,13 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from app.domain.names import DISCARD_TOPIC, NAME_PATTERN, SYSTEM_TOPIC_PREFIX, is_valid_name
+from app.domain.names import (
+    DISCARD_TOPIC,
+    NAME_PATTERN,
+    SYSTEM_TOPIC_PREFIX,
+    is_valid_name,
+    is_valid_transaction_id,
+)
 from app.errors import ApiError, InvalidRequest, PayloadTooLarge
 
 MAX_MESSAGES = 1000
@@ -36,7 +42,7 @@ MAX_PROPERTIES = 128
 MAX_PROPERTIES_BYTES = 16 * 1024
 MAX_KEYS = 128
 MAX_CHECK_URLS = 16
-_TXID_RE = re.compile(r"^[^\s/?#\x00-\x1f\x7f]{1,128}$")
+_CONTROL_OR_SPACE_RE = re.compile(r"[\s\x00-\x1f\x7f]")
 
 _STRICT = ConfigDict(strict=True, extra="forbid", frozen=True)
 
@@ -46,8 +52,13 @@ def _custom(code: str, message: str) -> PydanticCustomError:
 
 
 def check_http_url(url: str) -> str:
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
+    try:
+        parts = urlsplit(url)
+        _ = parts.port  # raises ValueError unless a number in 0..65535
+    except ValueError:
+        parts = None
+    if (parts is None or parts.scheme not in ("http", "https") or not parts.hostname
+            or _CONTROL_OR_SPACE_RE.search(url)):
         raise _custom("invalid_check_url", f"{url!r} is not an absolute http(s) URL")
     return url
 
@@ -72,6 +83,14 @@ class MessageIn(BaseModel):
         if topic.startswith(SYSTEM_TOPIC_PREFIX) or topic == DISCARD_TOPIC:
             raise _custom("reserved_topic", f"topic {topic!r} is reserved and cannot be sent to")
         return topic
+
+    @field_validator("tag")
+    @classmethod
+    def _tag(cls, tag: str | None) -> str | None:
+        # stored as text: PostgreSQL text cannot hold NUL
+        if tag is not None and "\x00" in tag:
+            raise _custom("invalid_tag", "tag must not contain NUL characters")
+        return tag
 
     @field_validator("properties")
     @classmethod
@@ -122,7 +141,7 @@ class TransactionIn(BaseModel):
     @field_validator("transaction_id")
     @classmethod
     def _txid(cls, txid: str | None) -> str | None:
-        if txid is not None and not _TXID_RE.fullmatch(txid):
+        if txid is not None and not is_valid_transaction_id(txid):
             raise _custom("invalid_transaction_id",
                           "transaction_id: 1..128 characters, no whitespace, '/', '?' or '#'")
         return txid
@@ -161,6 +180,8 @@ _CODE_BY_PYDANTIC_TYPE = {
     "extra_forbidden": "unknown_field",
     "too_short": "invalid_length",
     "too_long": "invalid_length",
+    "string_too_short": "invalid_length",
+    "string_too_long": "invalid_length",
     "model_type": "invalid_type",
     "dict_type": "invalid_type",
     "list_type": "invalid_type",

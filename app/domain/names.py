@@ -1,4 +1,4 @@
-"""Names of topics and producer groups, and which topics are reserved."""
+"""Names of topics and producer groups, which topics are reserved, and client ids."""
 
 from __future__ import annotations
 
@@ -10,6 +10,9 @@ NAME_PATTERN = r"^[A-Za-z0-9_%|-]{1,127}$"
 _NAME_RE = re.compile(NAME_PATTERN)
 DISCARD_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
 SYSTEM_TOPIC_PREFIX = "RMQ_SYS_"
+# ids travel in URL paths and text columns (PostgreSQL text refuses NUL)
+TRANSACTION_ID_PATTERN = r"^[^\s/?#\x00-\x1f\x7f]{1,128}$"
+_ID_RE = re.compile(TRANSACTION_ID_PATTERN)
 
 
 def is_valid_name(name: object) -> bool:
@@ -31,3 +34,20 @@ def check_readable_topic(topic: str) -> str:
         raise InvalidRequest(f"topic {topic!r} is internal and cannot be read",
                              code="reserved_topic")
     return topic
+
+
+def is_valid_transaction_id(transaction_id: object) -> bool:
+    return isinstance(transaction_id, str) and _ID_RE.fullmatch(transaction_id) is not None
+
+
+def check_transaction_id(transaction_id: str) -> str:
+    if not is_valid_transaction_id(transaction_id):
+        raise InvalidRequest("transaction_id: 1..128 characters, no whitespace, control "
+                             "characters, '/', '?' or '#'", code="invalid_transaction_id")
+    return transaction_id
+
+
+def check_message_id(message_id: str) -> str:
+    if not is_valid_transaction_id(message_id):  # same shape: no server id can fail it
+        raise InvalidRequest(f"message id {message_id!r} is malformed", code="invalid_message_id")
+    return message_id
