@@ -27,6 +27,7 @@ def main(log_level: str) -> None:
     """txmsg: transactional (half) messages on SQL storage."""
     logging.basicConfig(level=log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("alembic.runtime.plugins").setLevel(logging.WARNING)
 
 
 @main.command()
