@@ -38,6 +38,12 @@ class Settings(BaseSettings):
     checker_lease_seconds: float = Field(120, gt=0)
     checker_poll_seconds: float = Field(1.0, gt=0, le=1.0)
 
+    # Spark ingestion (txmsg ingest): master (else SPARK_MASTER, else Spark's default
+    # local[*]) and the JDBC drivers, from Debian packages
+    spark_master: str | None = None
+    postgresql_jdbc_jar: str = "/usr/share/java/postgresql.jar"
+    sqlite_jdbc_jar: str = "/usr/share/java/sqlite-jdbc.jar"
+
     @property
     def is_sqlite(self) -> bool:
         return self.database_url.startswith("sqlite")
