@@ -35,8 +35,11 @@ class Settings(BaseSettings):
     # check service
     checker_batch_size: int = Field(200, ge=1)
     checker_concurrency: int = Field(16, ge=1)
+    # a claim lasts the callbacks' own timeouts plus this margin (a dead checker's claims
+    # are retried, with the same check number, once it runs out)
     checker_lease_seconds: float = Field(120, gt=0)
-    checker_poll_seconds: float = Field(1.0, gt=0, le=1.0)
+    # < 1 s so that claiming plus the first byte of a check fit in the 1 s promise
+    checker_poll_seconds: float = Field(0.5, gt=0, le=1.0)
 
     # Spark ingestion (txmsg ingest): master (else SPARK_MASTER, else Spark's default
     # local[*]) and the JDBC drivers, from Debian packages
