@@ -1,0 +1,163 @@
+"""docker-compose.yml and the Dockerfile, without a Docker engine: the compose file is
+validated against the Compose Specification schema by check-jsonschema, then held to the
+deployment's shape (db healthy → migrate once → api, all on the contract's settings)."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from sqlalchemy.engine import make_url
+
+from app.config import Settings
+
+ROOT = Path(__file__).resolve().parents[2]
+COMPOSE = ROOT / "docker-compose.yml"
+DOCKERFILE = ROOT / "Dockerfile"
+CHECK_JSONSCHEMA = Path(sys.executable).parent / "check-jsonschema"
+CONTRACT_SETTINGS = {"TXMSG_DATABASE_URL", "TXMSG_TRANSACTION_TIMEOUT_SECONDS",
+                     "TXMSG_CHECK_INTERVAL_SECONDS", "TXMSG_CHECK_MAX_TIMES",
+                     "TXMSG_MAX_BODY_BYTES"}
+KNOWN_SETTINGS = {f"TXMSG_{name.upper()}" for name in Settings.model_fields}
+
+
+def check_compose_schema(path: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(CHECK_JSONSCHEMA), "--builtin-schema", "vendor.compose-spec", str(path)],
+        capture_output=True, text=True, timeout=120, check=False)
+
+
+def _interpolate(text: str) -> str:
+    """Compose's ``${VAR:-default}``, with no VAR set."""
+    return re.sub(r"\$\{\w+:-([^}]*)\}", r"\1", text)
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict[str, Any]:
+    return yaml.safe_load(_interpolate(COMPOSE.read_text()))
+
+
+@pytest.fixture(scope="module")
+def txmsg_services(compose: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The services that run the txmsg image."""
+    image = compose["services"]["migrate"]["image"]
+    return {name: s for name, s in compose["services"].items() if s.get("image") == image}
+
+
+def test_compose_file_follows_the_compose_specification() -> None:
+    result = check_compose_schema(COMPOSE)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_schema_check_refuses_a_broken_compose_file(tmp_path: Path) -> None:
+    broken = tmp_path / "docker-compose.yml"
+    broken.write_text(COMPOSE.read_text().replace("service_healthy", "service_healty"))
+    result = check_compose_schema(broken)
+    assert result.returncode != 0
+    assert "service_healty" in result.stdout + result.stderr
+
+
+def test_db_is_postgres_16_with_a_pg_isready_healthcheck(compose: dict[str, Any]) -> None:
+    db = compose["services"]["db"]
+    assert db["image"] == "postgres:16"
+    test = db["healthcheck"]["test"]
+    command = test[1:] if test[0] == "CMD" else shlex.split(test[1])
+    assert command[0] == "pg_isready"
+
+
+def test_migrate_runs_once_when_db_is_healthy(compose: dict[str, Any]) -> None:
+    migrate = compose["services"]["migrate"]
+    assert migrate["command"] == ["migrate"]
+    assert migrate["depends_on"] == {"db": {"condition": "service_healthy"}}
+    assert migrate["restart"] == "no"
+    assert "build" in migrate
+
+
+def test_api_serves_after_migrate_completed(compose: dict[str, Any]) -> None:
+    api = compose["services"]["api"]
+    command = api["command"]
+    assert command[:1] == ["serve"] and "--no-migrate" in command
+    assert command[command.index("--host") + 1] == "0.0.0.0"
+    assert command[command.index("--port") + 1] == "8080"
+    assert api["depends_on"] == {"migrate": {"condition": "service_completed_successfully"}}
+    assert api["ports"] == ["8080:8080"]
+    probe = " ".join(api["healthcheck"]["test"])
+    assert "http://127.0.0.1:8080/healthz" in probe
+
+
+def test_optional_services_wait_for_migrate_and_sit_behind_profiles(
+        compose: dict[str, Any]) -> None:
+    for name, command in (("checker", ["checker"]), ("ingest", ["ingest", "--output"])):
+        service = compose["services"][name]
+        assert service["command"][:len(command)] == command
+        assert service["profiles"]
+        assert service["depends_on"] == {
+            "migrate": {"condition": "service_completed_successfully"}}
+
+
+def test_every_txmsg_service_runs_on_the_contract_settings(
+        compose: dict[str, Any], txmsg_services: dict[str, dict[str, Any]]) -> None:
+    assert set(txmsg_services) == {"migrate", "api", "checker", "ingest"}
+    db_env = compose["services"]["db"]["environment"]
+    for name, service in txmsg_services.items():
+        env = service["environment"]
+        assert set(env) >= CONTRACT_SETTINGS, name
+        assert set(env) <= KNOWN_SETTINGS, (name, set(env) - KNOWN_SETTINGS)
+        # the values are ones Settings accepts, and the database is the db service's
+        settings = Settings(**{k.removeprefix("TXMSG_").lower(): v for k, v in env.items()})
+        url = make_url(settings.database_url)
+        assert url.drivername == "postgresql+psycopg"
+        assert (url.host, url.port, url.database, url.username, url.password) == (
+            "db", 5432, db_env["POSTGRES_DB"], db_env["POSTGRES_USER"],
+            db_env["POSTGRES_PASSWORD"])
+
+
+def _instructions() -> list[tuple[str, str]]:
+    lines = DOCKERFILE.read_text().replace("\\\n", " ").splitlines()
+    out = []
+    for line in lines:
+        line = line.strip()
+        if line and not line.startswith("#"):
+            keyword, _, rest = line.partition(" ")
+            out.append((keyword.upper(), rest.strip()))
+    return out
+
+
+def test_dockerfile_installs_the_package_with_java_and_jdbc_drivers() -> None:
+    instructions = _instructions()
+    assert instructions[0] == ("FROM", "python:3.11-slim-bookworm")
+    runs = " ".join(rest for keyword, rest in instructions if keyword == "RUN")
+    for package in ("openjdk-17-jre-headless", "libpostgresql-jdbc-java",
+                    "libxerial-sqlite-jdbc-java"):
+        assert package in runs
+    assert "pip install ." in runs
+    assert ("EXPOSE", "8080") in instructions
+    assert any(keyword == "USER" and rest not in ("root", "0") for keyword, rest in instructions)
+
+
+def test_dockerfile_starts_the_txmsg_console_script() -> None:
+    instructions = dict(_instructions())  # the last ENTRYPOINT / CMD wins, as in Docker
+    entrypoint = json.loads(instructions["ENTRYPOINT"])
+    cmd = json.loads(instructions["CMD"])
+    assert entrypoint == ["txmsg"]
+    assert cmd[0] == "serve"
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    assert 'txmsg = "app.cli:main"' in pyproject
+
+
+def test_dockerignore_keeps_what_pip_install_needs() -> None:
+    patterns = [line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines()
+                if line.strip() and not line.startswith("#")]
+    assert ".venv" in patterns and ".git" in patterns and "var" in patterns
+    needed = ["pyproject.toml", "README.md", "app", "checker", "spark_outbox", "migrations"]
+    for path in needed:
+        assert (ROOT / path).exists(), path
+        assert not any(Path(path).match(p) or path.startswith(p.rstrip("/") + "/")
+                       for p in patterns), path
