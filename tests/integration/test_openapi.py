@@ -3,13 +3,16 @@ conforms to it under fuzzing (schemathesis against the in-process WSGI app, on S
 
 from __future__ import annotations
 
+import base64
 import re
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
+from jsonschema import Draft202012Validator
 from openapi_spec_validator import validate
 from openapi_spec_validator.validation.exceptions import OpenAPIValidationError
 from schemathesis.checks import not_a_server_error
@@ -23,7 +26,9 @@ from schemathesis.specs.openapi.checks import (
 
 from app.api.openapi import openapi_document
 from app.web import create_app
+from tests.callbacks import answer, wait_until
 from tests.conftest import make_settings
+from tests.integration.checker_harness import Harness, harness, harness_factory  # noqa: F401
 
 HTTP_METHODS = {"get", "put", "post", "delete", "patch", "head", "options", "trace"}
 FUZZ_GROUP = "orders-svc"  # the document's example producer group
@@ -173,3 +178,71 @@ def test_app_conforms_to_its_document(case, fuzz_app) -> None:  # type: ignore[n
         body = response.json()
         assert re.fullmatch(r"[a-z0-9]+(_[a-z0-9]+)*", body["code"])
         assert body["status"] == response.status_code
+
+
+def conforms(instance: Any, schema_name: str) -> None:
+    doc = openapi_document()
+    validator = Draft202012Validator(
+        {"components": doc["components"], "$ref": f"#/components/schemas/{schema_name}"},
+        format_checker=Draft202012Validator.FORMAT_CHECKER)
+    errors = [f"{'/'.join(map(str, e.absolute_path))}: {e.message}"
+              for e in validator.iter_errors(instance)]
+    assert not errors, (schema_name, errors, instance)
+
+
+def test_checks_and_states_the_fuzzer_cannot_reach_conform(harness: Harness) -> None:  # noqa: F811
+    """Check callbacks (the document's webhook), and answers about DISCARDED, resumed and
+    committed transactions, against their schemas, on both stores."""
+    h = harness
+    cb = h.callback(answer("UNKNOWN"))
+    h.register("shop", [cb.url])
+    sent = h.send("shop", "order-1", check_url=cb.url, messages=[
+        {"topic": "orders", "body": "text", "keys": ["k1"], "tag": "t", "properties": {"p": "v"}},
+        {"topic": "payments", "body_base64": base64.b64encode(b"\x00\xff").decode()}])
+    conforms(sent, "SentTransaction")
+    h.start_checker()
+    wait_until(lambda: h.state("shop", "order-1") == "DISCARDED", what="discard")
+    assert [c["check_times"] for c in cb.checks][:3] == [1, 2, 3]
+    for check in cb.checks:
+        conforms(check, "CheckRequest")
+    assert {"body", "body_base64"} == {k for m in cb.checks[0]["messages"] for k in m
+                                       if k.startswith("body")}
+
+    c = h.client
+    base = "/v1/producer-groups/shop/transactions"
+    conforms(h.txn("shop", "order-1"), "Transaction")
+    page = c.get("/v1/topics/TRANS_CHECK_MAX_TIME_TOPIC/messages").json
+    assert len(page["messages"]) == 2
+    conforms(page, "TopicPage")
+    conforms(c.get(f"/v1/messages/{sent['messages'][1]['message_id']}").json, "Message")
+    conforms(c.post(f"{base}/order-1/resume-check").json, "ResumedTransaction")
+    conforms(c.get(f"{base}?state=PREPARED").json, "TransactionList")
+    for _ in range(2):  # the first commit and its repetition
+        r = c.post(f"{base}/order-1/commit")
+        assert r.status_code == 200
+        conforms(r.json, "CommittedTransaction")
+    conforms(h.txn("shop", "order-1"), "Transaction")
+    conforms(c.get("/v1/topics/orders/messages").json, "TopicPage")
+    conforms(c.get(f"/v1/messages/{sent['messages'][0]['message_id']}").json, "Message")
+    conforms(c.get("/v1/topics").json, "TopicList")
+    conforms(c.get(f"{base}?limit=1").json, "TransactionList")
+    retry = c.post(base, json={"transaction_id": "order-1", "messages": [
+        {"topic": "orders", "body": "text", "keys": ["k1"], "tag": "t", "properties": {"p": "v"}},
+        {"topic": "payments", "body_base64": base64.b64encode(b"\x00\xff").decode()}]})
+    assert retry.status_code == 200
+    conforms(retry.json, "SentTransaction")
+    h.send("shop", "order-2")
+    conforms(c.post(f"{base}/order-2/rollback").json, "RolledBackTransaction")
+    conforms(c.get("/v1/producer-groups/shop").json, "ProducerGroup")
+    conforms(c.get("/healthz").json, "Health")
+    conforms(c.get("/readyz").json, "Ready")
+
+
+def test_conforms_sees_extra_missing_and_mistyped_fields() -> None:
+    conforms({"status": "ok"}, "Health")
+    for bad in ({"status": "ok", "extra": 1}, {}, {"status": 1}):
+        with pytest.raises(AssertionError):
+            conforms(bad, "Health")
+    with pytest.raises(AssertionError):
+        conforms({"topics": [{"topic": "t", "next_offset": 0}], "created_at": "yesterday"},
+                 "TopicList")
