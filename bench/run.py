@@ -1,0 +1,279 @@
+"""``make bench``: txmsg against plain PostgreSQL on this machine, in one run.
+
+Creates a dedicated database (migrated with ``txmsg migrate``, dropped at the end) and
+measures, with the same N client threads throughout:
+
+  (a) raw psycopg single-row INSERT commits/s        (c) raw 100-row INSERT rows/s
+  (b) txmsg send + commit pairs/s over HTTP          (d) txmsg 100-message transactions, msgs/s
+  (e) commit latency p50/p99, open loop at half the (b) peak, with the service's RSS
+  (f) the checker's due scan with 1M resolved + 1k pending vs 1k pending alone
+  plus the checker's RSS working a 100k backlog, and ``bench.ingest`` when present.
+
+Results go to bench/out/results.json with the machine's description. ``--quick`` (or
+TXMSG_BENCH_QUICK=1) is a smoke run of a few seconds per phase; benchmarks measure, the
+test of the quick mode only checks that every figure is there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from bench import machine, raw, txmsg_load
+from bench.pgdb import admin_url, bench_database, libpq_url
+from bench.procs import Sampler, summarise
+from bench.service import gunicorn, gunicorn_available, serve
+
+OUT = Path(__file__).resolve().parent / "out" / "results.json"
+
+# Why 32 clients: enough concurrent producers that group commit forms real batches and
+# PostgreSQL's own WAL flushes are shared by the raw baseline too (its commits/s stop
+# growing well before 32 on two cores), while staying far below max_connections and
+# within one Granian worker's blocking threads.
+CLIENTS = 32
+
+GOALS = {"b_over_a": (">=", 0.25), "d_over_c": (">=", 0.3), "f_scan_ratio": ("<=", 1.5),
+         "commit_p99_ms": ("<=", 25.0), "serve_rss_max_deviation": ("<=", 0.2)}
+
+
+@dataclass(frozen=True)
+class Plan:
+    clients: int = CLIENTS
+    seconds: float = 20.0          # each closed-loop phase, after the warm-up
+    warmup: float = 3.0
+    paced_seconds: float = 300.0   # (e) and the service's memory
+    batch_rows: int = 100          # (c) and (d)
+    due_resolved: int = 1_000_000
+    due_pending: int = 1_000
+    due_repeats: int = 50
+    checker_backlog: int = 100_000
+    checker_reference_backlog: int = 1_000
+    checker_seconds: float = 60.0
+    ingest_rows: int = 100_000
+    compare_gunicorn: bool = False
+    quick: bool = False
+
+
+QUICK = Plan(seconds=1.5, warmup=0.5, paced_seconds=3.0, due_resolved=20_000,
+             due_pending=1_000, due_repeats=10, checker_backlog=2_000,
+             checker_reference_backlog=200, checker_seconds=3.0, ingest_rows=1_000, quick=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    plan, out_path = _parse(argv)
+    results: dict[str, Any] = {"started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                               "plan": asdict(plan), "errors": {}}
+    admin = admin_url()
+    results["machine"] = machine.describe(libpq_url(admin))
+    results["service_settings"] = _service_settings()
+    _log(f"txmsg bench ({'quick' if plan.quick else 'full'}), {plan.clients} clients, "
+         f"{results['machine']['cores']} cores")
+    t0 = time.perf_counter()
+    with bench_database(admin) as db:
+        _phases(plan, db, results)
+    results["total_seconds"] = round(time.perf_counter() - t0, 1)
+    results["ratios"] = _ratios(results)
+    results["goals"] = _goals(results["ratios"])
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    out_path.write_text(json.dumps(results, indent=2, default=str))
+    _summary(results, out_path)
+    return 1 if results["errors"] else 0
+
+
+def _parse(argv: list[str] | None) -> tuple[Plan, Path]:
+    p = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true",
+                   default=os.environ.get("TXMSG_BENCH_QUICK", "") not in ("", "0"),
+                   help="a smoke run of a few seconds per phase (env TXMSG_BENCH_QUICK=1)")
+    p.add_argument("--clients", type=int, help=f"client threads (default {CLIENTS})")
+    p.add_argument("--seconds", type=float, help="length of each closed-loop phase")
+    p.add_argument("--paced-seconds", type=float,
+                   help="length of the half-peak run (latency and memory); default 300")
+    p.add_argument("--checker-seconds", type=float, help="length of each checker memory run")
+    p.add_argument("--gunicorn", action="store_true",
+                   help="also run (b) on gunicorn gthread (needs `pip install gunicorn`)")
+    p.add_argument("--out", type=Path, default=OUT)
+    args = p.parse_args(argv)
+    plan = QUICK if args.quick else Plan()
+    overrides = {"clients": args.clients, "seconds": args.seconds,
+                 "paced_seconds": args.paced_seconds, "checker_seconds": args.checker_seconds}
+    plan = replace(plan, **{k: v for k, v in overrides.items() if v is not None},
+                   compare_gunicorn=args.gunicorn)
+    return plan, args.out
+
+
+def _phases(plan: Plan, db: str, results: dict[str, Any]) -> None:
+    n, secs, warm = plan.clients, plan.seconds, plan.warmup
+
+    def phase(name: str, fn: Callable[[], Any]) -> Any:
+        _log(f"-- {name}")
+        t = time.perf_counter()
+        try:
+            results[name] = fn()
+        except Exception as exc:  # noqa: BLE001 - one failed phase must not hide the others
+            results["errors"][name] = f"{type(exc).__name__}: {exc}"
+            _log(traceback.format_exc())
+            return None
+        _log(f"   {_brief(results[name])} ({time.perf_counter() - t:.0f}s)")
+        return results[name]
+
+    phase("a_raw_single_insert", lambda: raw.single_inserts(db, n, secs, warm))
+    phase("c_raw_batch_insert",
+          lambda: raw.batched_inserts(db, n, secs, warm, batch=plan.batch_rows))
+    try:
+        server = serve(db)
+    except Exception as exc:  # noqa: BLE001
+        results["errors"]["serve"] = f"{type(exc).__name__}: {exc}"
+        server = None
+    if server is not None:
+        with server:
+            b = phase("b_txmsg_send_commit", lambda: txmsg_load.pairs(server, n, secs, warm))
+            phase("d_txmsg_batch_send_commit",
+                  lambda: txmsg_load.pairs(server, n, secs, warm, messages=plan.batch_rows))
+            if b:
+                phase("e_commit_latency_half_peak",
+                      lambda: _paced_with_memory(server, n, 0.5 * b["per_second"],
+                                                 plan.paced_seconds))
+    if plan.compare_gunicorn:
+        phase("servers_granian_vs_gunicorn", lambda: _compare_servers(db, n, secs, warm))
+    from bench import due_scan
+
+    phase("f_due_scan", lambda: due_scan.run(db, plan.due_resolved, plan.due_pending,
+                                             plan.due_repeats))
+    if importlib.util.find_spec("checker.service") is not None:
+        from bench import checker_memory
+
+        phase("checker_memory", lambda: checker_memory.run(
+            db, plan.checker_backlog, plan.checker_reference_backlog, plan.checker_seconds))
+    else:
+        results["checker_memory"] = {"pending": "checker.service is not there yet"}
+    if importlib.util.find_spec("bench.ingest") is not None:
+        from bench import ingest  # written by the ingestion side
+
+        phase("ingest", lambda: ingest.run(database_url=db, rows=plan.ingest_rows))
+
+
+def _paced_with_memory(server: Any, clients: int, rate: float, seconds: float) -> dict[str, Any]:
+    with Sampler(server.pid, interval=min(1.0, max(0.1, seconds / 60))) as sampler:
+        result = txmsg_load.paced(server, clients, rate, seconds)
+    result["service_rss"] = summarise(sampler.samples, "rss")
+    result["service_pss"] = summarise(sampler.samples, "pss")
+    result["service_rss_samples"] = [(s["t"], s["rss"]) for s in sampler.samples]
+    return result
+
+
+def _compare_servers(db: str, clients: int, seconds: float, warmup: float) -> dict[str, Any]:
+    """(b) on Granian (as ``txmsg serve`` runs it) and on gunicorn gthread, same app."""
+    if not gunicorn_available():
+        raise RuntimeError("gunicorn is not installed (pip install gunicorn)")
+    from app.config import Settings
+
+    s = Settings()
+    out: dict[str, Any] = {}
+    with serve(db) as server:
+        out["granian"] = txmsg_load.pairs(server, clients, seconds, warmup)
+    for workers, threads in ((s.web_workers, s.web_threads), (2, s.web_threads // 2)):
+        with gunicorn(db, workers, threads) as server:
+            out[f"gunicorn_gthread_{workers}x{threads}"] = txmsg_load.pairs(
+                server, clients, seconds, warmup)
+    return out
+
+
+def _service_settings() -> dict[str, Any]:
+    from app.config import Settings
+
+    s = Settings(database_url="postgresql+psycopg://unused/unused")
+    return {k: getattr(s, k) for k in ("web_workers", "web_threads", "batch_max_size",
+                                       "db_pool_size", "db_max_overflow")}
+
+
+def _get(results: dict[str, Any], *path: str) -> Any:
+    node: Any = results
+    for key in path:
+        if not isinstance(node, dict) or key not in node:
+            return None
+        node = node[key]
+    return node
+
+
+def _ratio(x: Any, y: Any) -> float | None:
+    return round(x / y, 3) if isinstance(x, int | float) and isinstance(y, int | float) and y \
+        else None
+
+
+def _ratios(r: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "b_over_a": _ratio(_get(r, "b_txmsg_send_commit", "per_second"),
+                           _get(r, "a_raw_single_insert", "per_second")),
+        "d_over_c": _ratio(_get(r, "d_txmsg_batch_send_commit", "messages_per_second"),
+                           _get(r, "c_raw_batch_insert", "per_second")),
+        "f_scan_ratio": _get(r, "f_due_scan", "ratio"),
+        "commit_p50_ms": _get(r, "e_commit_latency_half_peak", "commit_ms", "p50"),
+        "commit_p99_ms": _get(r, "e_commit_latency_half_peak", "commit_ms", "p99"),
+        "serve_rss_max_deviation": _get(r, "e_commit_latency_half_peak", "service_rss",
+                                        "max_deviation"),
+        "checker_peak_rss_large_over_reference": _get(r, "checker_memory", "peak_rss_ratio"),
+    }
+
+
+def _goals(ratios: dict[str, Any]) -> dict[str, Any]:
+    out = {}
+    for name, (op, bound) in GOALS.items():
+        value = ratios.get(name)
+        met = None if value is None else (value >= bound if op == ">=" else value <= bound)
+        out[name] = {"goal": f"{op} {bound}", "value": value, "met": met}
+    return out
+
+
+def _brief(result: Any) -> str:
+    if not isinstance(result, dict):
+        return str(result)[:200]
+    keys = ("per_second", "messages_per_second", "achieved_rate", "commit_ms", "ratio",
+            "peak_rss_ratio", "pending")
+    return ", ".join(f"{k}={result[k]}" for k in keys if k in result)[:300]
+
+
+def _summary(r: dict[str, Any], out_path: Path) -> None:
+    m = r["machine"]
+    print(f"\ntxmsg benchmark: {m['cores']} cores, {(m['ram_bytes'] or 0) / 2**30:.1f} GiB, "
+          f"{m['cpu_model']}, {m['postgresql']['version'].split(' on ')[0]}, "
+          f"{r['plan']['clients']} clients")
+    rows = [
+        ("(a) raw INSERT commits/s", _get(r, "a_raw_single_insert", "per_second")),
+        ("(b) txmsg send+commit pairs/s", _get(r, "b_txmsg_send_commit", "per_second")),
+        ("(c) raw 100-row INSERT rows/s", _get(r, "c_raw_batch_insert", "per_second")),
+        ("(d) txmsg 100-msg txns, msgs/s",
+         _get(r, "d_txmsg_batch_send_commit", "messages_per_second")),
+        ("(e) commit p50 / p99 ms at half peak",
+         (f"{_get(r, 'e_commit_latency_half_peak', 'commit_ms', 'p50')} / "
+         f"{_get(r, 'e_commit_latency_half_peak', 'commit_ms', 'p99')}")),
+        ("(f) due scan ms, pending only / with resolved",
+         (f"{_get(r, 'f_due_scan', 'pending_only', 'median_ms')} / "
+         f"{_get(r, 'f_due_scan', 'with_resolved', 'median_ms')}")),
+    ]
+    for label, value in rows:
+        print(f"  {label:46s} {value}")
+    for name, g in r["goals"].items():
+        mark = {True: "met", False: "MISSED", None: "n/a"}[g["met"]]
+        print(f"  {name:46s} {g['value']} (goal {g['goal']}): {mark}")
+    for name, err in r["errors"].items():
+        print(f"  ERROR in {name}: {err}")
+    print(f"  results: {out_path}")
+
+
+def _log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

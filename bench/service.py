@@ -1,0 +1,114 @@
+"""The service under test: a real ``txmsg serve`` (or another WSGI server) subprocess."""
+
+from __future__ import annotations
+
+import http.client
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Self
+
+from bench.pgdb import clean_env, txmsg_command
+from bench.procs import tree
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """A server subprocess on 127.0.0.1; ``stop()`` ends it and whatever it started."""
+
+    def __init__(self, argv: list[str], env: dict[str, str], port: int, name: str) -> None:
+        self.port, self.name = port, name
+        self.log = Path(tempfile.mkstemp(prefix=f"txmsg-bench-{name}-", suffix=".log")[1])
+        self.proc = subprocess.Popen(argv, env=env, stdout=self.log.open("w"),
+                                     stderr=subprocess.STDOUT, start_new_session=True)
+        self._wait_ready()
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def _wait_ready(self, timeout: float = 90) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{self.name} exited: {self.log.read_text()[-4000:]}")
+            try:
+                conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=2)
+                conn.request("GET", "/readyz")
+                if conn.getresponse().status == 200:
+                    conn.close()
+                    return
+                conn.close()
+            except OSError:
+                pass
+            time.sleep(0.2)
+        self.stop()
+        raise RuntimeError(f"{self.name} did not become ready: {self.log.read_text()[-4000:]}")
+
+    def get(self, path: str) -> bytes:
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
+        try:
+            conn.request("GET", path)
+            return conn.getresponse().read()
+        finally:
+            conn.close()
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            pids = tree(self.proc.pid)
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                for pid in pids:  # only the processes this server started
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+                self.proc.wait(timeout=10)
+        self.log.unlink(missing_ok=True)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def serve(database_url: str, **settings: object) -> Server:
+    """``txmsg serve --no-checker --no-migrate`` with TXMSG_* overrides (web_workers=...)."""
+    port = free_port()
+    env = clean_env(TXMSG_DATABASE_URL=database_url,
+                    **{f"TXMSG_{k.upper()}": str(v) for k, v in settings.items()})
+    argv = [*txmsg_command(), "--log-level", "WARNING", "serve", "--no-checker", "--no-migrate",
+            "--port", str(port)]
+    return Server(argv, env, port, "serve")
+
+
+def gunicorn_available() -> bool:
+    try:
+        import gunicorn  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def gunicorn(database_url: str, workers: int, threads: int, **settings: object) -> Server:
+    """The same app on gunicorn's gthread worker, for comparison."""
+    port = free_port()
+    env = clean_env(TXMSG_DATABASE_URL=database_url,
+                    **{f"TXMSG_{k.upper()}": str(v) for k, v in settings.items()})
+    argv = [sys.executable, "-m", "gunicorn", "-k", "gthread", "-w", str(workers),
+            "--threads", str(threads), "-b", f"127.0.0.1:{port}", "--backlog", "2048",
+            "--keep-alive", "30", "--log-level", "warning", "app.web:app_from_env()"]
+    return Server(argv, env, port, "gunicorn")

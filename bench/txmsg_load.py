@@ -1,0 +1,64 @@
+"""(b), (d) and (e): txmsg send + commit over HTTP against a running server."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from bench.client import Producer, batch_stats, register
+from bench.load import closed_loop, open_loop
+from bench.procs import CpuProbe
+from bench.service import Server
+
+
+def _producers(server: Server, messages: int, made: list[Producer]):  # type: ignore[no-untyped-def]
+    run = uuid.uuid4().hex[:6]
+
+    def make(i: int) -> Producer:
+        p = Producer(server.port, f"{run}-{i}", messages)
+        made.append(p)
+        return p
+    return make
+
+
+def pairs(server: Server, clients: int, seconds: float, warmup: float,
+          messages: int = 1) -> dict[str, Any]:
+    """Closed loop: each client sends a transaction of ``messages`` messages, then commits it.
+
+    ``per_second`` counts pairs; ``messages_per_second`` counts messages.
+    """
+    register(server.port)
+    before = batch_stats(server.get("/metrics"))
+    made: list[Producer] = []
+    make = _producers(server, messages, made)
+    result = closed_loop(clients, lambda i: make(i).pair, seconds, warmup,
+                         probe=CpuProbe(server.pid))
+    for p in made:
+        p.close()
+    result["messages_per_second"] = round(result["per_second"] * messages, 1)
+    result["group_commit"] = _delta(before, batch_stats(server.get("/metrics")))
+    return result
+
+
+def paced(server: Server, clients: int, rate: float, seconds: float) -> dict[str, Any]:
+    """Open loop at ``rate`` pairs/s: latency of send and of commit."""
+    register(server.port)
+    before = batch_stats(server.get("/metrics"))
+    made: list[Producer] = []
+    make = _producers(server, 1, made)
+    result = open_loop(clients, lambda i: make(i).timed_pair, rate, seconds,
+                       probe=CpuProbe(server.pid))
+    for p in made:
+        p.close()
+    result["group_commit"] = _delta(before, batch_stats(server.get("/metrics")))
+    return result
+
+
+def _delta(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+    out = {}
+    for writer, a in after.items():
+        b = before.get(writer, {"transactions": 0, "requests": 0})
+        tx, req = a["transactions"] - b["transactions"], a["requests"] - b["requests"]
+        out[writer] = {"transactions": tx, "requests": req,
+                       "mean_batch": round(req / tx, 2) if tx else None}
+    return out
