@@ -26,7 +26,7 @@ from typing import Any, Protocol, Self
 from urllib.parse import quote
 
 import requests
-from werkzeug.serving import BaseWSGIServer, make_server
+from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
 from werkzeug.wrappers import Request, Response
 
 log = logging.getLogger(__name__)
@@ -248,13 +248,18 @@ def _problem(status: int, code: str, detail: str) -> Response:
     return Response(json.dumps(body), status=status, mimetype="application/problem+json")
 
 
+class _QuietHandler(WSGIRequestHandler):
+    def log_request(self, *args: Any, **kwargs: Any) -> None:
+        pass  # one access-log line per check is noise in the producer's logs
+
+
 class CheckerServer:
     """``checker_app`` on a real socket in a background thread (``url`` to register)."""
 
     def __init__(self, checker: TransactionChecker, host: str = "127.0.0.1", port: int = 0,
                  path: str = "/check") -> None:
         self._server: BaseWSGIServer = make_server(host, port, checker_app(checker),
-                                                   threaded=True)
+                                                   threaded=True, request_handler=_QuietHandler)
         self.url = f"http://{host}:{self._server.server_port}{path}"
         self._thread = threading.Thread(target=self._server.serve_forever,
                                         name="txmsg-checker-callback", daemon=True)

@@ -238,8 +238,9 @@ class CheckService:
 
     def _finish(self, claim: Claim, op: Op, number: int) -> None:
         try:
-            self.lifecycle.finish(claim.group, claim.transaction_id, op, source="check",
-                                  check_times=number if op is Op.DISCARD else None)
+            result = self.lifecycle.finish(claim.group, claim.transaction_id, op,
+                                           source="check",
+                                           check_times=number if op is Op.DISCARD else None)
         except _DB_ERRORS as exc:  # still leased: checked again once the lease expires
             log.warning("cannot %s %s after check #%d: %s", op.value.lower(), claim.name,
                         number, exc)
@@ -247,9 +248,11 @@ class CheckService:
         except ApiError as exc:  # resolved meanwhile through the API
             log.info("%s of %s after check #%d not applied: %s", op.value.lower(), claim.name,
                      number, exc.detail)
+            self._release(claim)
         else:
             log.info("%s %s after check #%d", _DONE[op], claim.name, number)
-        self._release(claim)
+            if not result.applied:  # already done through the API (whose write cleared it)
+                self._release(claim)
 
     def _release(self, claim: Claim) -> None:
         with write_transaction(self.engine) as conn:
