@@ -1,0 +1,267 @@
+"""`txmsg ingest`: one incremental Spark run from the committed views into Parquet.
+
+``main`` builds the SparkSession, then ``run``: plan the offset ranges, ``extract``
+(Spark's JDBC source, parallel reads over offset ranges), ``transform`` (pure: the
+Parquet columns), ``load`` (hive-partitioned Parquet), publish and checkpoint.
+``transform`` uses Spark SQL functions only, so executors need no Python packages.
+
+Also runnable with spark-submit (settings from ``TXMSG_*``)::
+
+    spark-submit --master spark://host:7077 --jars /usr/share/java/postgresql.jar \\
+        spark_outbox/job.py --output /shared/lake [--topics a,b]
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import logging
+import os
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import ArrayType, MapType, StringType
+
+from app.config import Settings
+from spark_outbox.dataset import OutputDir
+from spark_outbox.errors import EXIT_CANNOT_RUN, EXIT_FAILED, IngestError, java_reason
+from spark_outbox.plan import (
+    TopicRange,
+    check_requested,
+    partitions_for,
+    plan_ranges,
+    select_topics,
+)
+from spark_outbox.schema import OUTPUT_SCHEMA, PARTITION_COLUMNS, RAW_SCHEMA
+from spark_outbox.session import build_session, check_java, under_spark_submit
+from spark_outbox.source import SQLITE, WATERMARKS_TABLE, JdbcSource, check_reachable, jdbc_source
+
+# rows per parallel JDBC read of one topic's range, and a cap per topic (x default parallelism)
+ROWS_PER_PARTITION = 100_000
+PARTITIONS_PER_CORE = 4
+MICROS_PER_DAY = 86_400_000_000
+
+Fault = Callable[[str], None]
+
+
+@dataclass
+class RunReport:
+    source: str
+    output: Path
+    topics: list[str]
+    ranges: list[TopicRange]
+    rows: dict[str, int] = field(default_factory=dict)  # as found in the written files
+    recovered: list[TopicRange] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def total(self) -> int:
+        return sum(self.rows.values())
+
+
+def main(settings: Settings, output_dir: str, topics: list[str] | None) -> int:
+    """Run one ingestion; the process exit code. Failures are one line on stderr."""
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+    environ = os.environ
+    try:
+        source = jdbc_source(settings)
+        check_reachable(source)
+        check_requested(topics)
+        if not under_spark_submit(environ):
+            check_java(environ)
+    except IngestError as exc:
+        return _fail(exc)
+    started = time.monotonic()
+    try:
+        spark = build_session(settings, environ, [str(source.jar)])
+    except Exception as exc:  # noqa: BLE001 - the JVM did not start, whatever the reason
+        return _fail(IngestError(f"Spark did not start: {java_reason(exc)}", EXIT_CANNOT_RUN))
+    _say(f"txmsg ingest: {source.display} -> {Path(output_dir).resolve()} "
+         f"(Spark {spark.version}, master {spark.sparkContext.master}, "
+         f"started in {time.monotonic() - started:.1f} s)")
+    try:
+        report = run(spark, settings, output_dir, topics)
+    except IngestError as exc:
+        return _fail(exc)
+    except Exception as exc:  # noqa: BLE001 - a Spark or JDBC failure: one line, not a trace
+        return _fail(IngestError(f"run failed: {java_reason(exc)}", EXIT_FAILED))
+    finally:
+        spark.stop()
+    print_report(report)
+    return 0
+
+
+def run(spark: SparkSession, settings: Settings, output_dir: str | Path,
+        topics: Sequence[str] | None, *, rows_per_partition: int = ROWS_PER_PARTITION,
+        fault: Fault | None = None) -> RunReport:
+    """Ingest, per topic, exactly what was committed since the last run into ``output_dir``.
+
+    ``fault(stage)`` is called at "staged" (data written, not yet published) and
+    "published" (data durable, checkpoint not yet moved): tests interrupt the run there.
+    """
+    started = time.monotonic()
+    requested = check_requested(topics)
+    source = jdbc_source(settings)
+    output = OutputDir(output_dir)
+    with output.locked():
+        recovered = output.recover()
+        if recovered:
+            _say("  removed the unfinished ranges of an interrupted run: "
+                 + ", ".join(f"{r.topic} [{r.start}, {r.end})" for r in recovered))
+        watermarks = read_watermarks(spark, source)
+        selected = select_topics(list(watermarks), requested)
+        ranges = plan_ranges(watermarks, output.checkpoint(), selected)
+        report = RunReport(source.display, output.root, selected, ranges, recovered=recovered)
+        if ranges:
+            _say(f"  reading {sum(r.rows for r in ranges)} rows of {len(ranges)} topic(s)")
+            output.begin(ranges)
+            raw = extract(spark, settings, ranges, rows_per_partition=rows_per_partition)
+            load(transform(raw), str(output.staging))
+            report.rows = staged_rows(spark, str(output.staging), ranges)
+            if fault:
+                fault("staged")
+            output.publish(ranges)
+            if fault:
+                fault("published")
+            output.commit(ranges)
+    report.seconds = time.monotonic() - started
+    return report
+
+
+def read_watermarks(spark: SparkSession, source: JdbcSource) -> dict[str, int]:
+    """Each topic's next offset, read once at the start of the run."""
+    try:
+        rows = (spark.read.format("jdbc").options(**source.options())
+                .option("dbtable", WATERMARKS_TABLE).load().collect())
+    except Exception as exc:  # noqa: BLE001 - unreachable, unknown database, not migrated...
+        reason = java_reason(exc)
+        hint = ""
+        if "ClassNotFoundException" in reason:
+            hint = f" (put {source.jar} on the classpath: spark-submit --jars {source.jar})"
+        elif "topic_watermarks" in reason:
+            hint = " (is the schema migrated? `txmsg migrate`)"
+        raise IngestError(f"cannot read the database {source.display}: {reason}{hint}",
+                          EXIT_FAILED) from None
+    return {r["topic"]: int(r["next_offset"]) for r in rows}
+
+
+def extract(spark: SparkSession, settings: Settings, ranges: Sequence[TopicRange], *,
+            rows_per_partition: int = ROWS_PER_PARTITION) -> DataFrame:
+    """The committed messages in ``ranges``, as RAW_SCHEMA, read in parallel over offsets."""
+    source = jdbc_source(settings)
+    max_partitions = max(1, spark.sparkContext.defaultParallelism * PARTITIONS_PER_CORE)
+    frames = [
+        _read_range(spark, source, r, partitions_for(r.rows, rows_per_partition, max_partitions))
+        for r in ranges
+    ]
+    df = functools.reduce(DataFrame.unionByName, frames)
+    if source.kind == SQLITE:
+        df = df.withColumns({c: F.col(c).cast("timestamp") for c in ("created_at", "committed_at")})
+    return df.select(*(F.col(f.name).cast(f.dataType).alias(f.name) for f in RAW_SCHEMA))
+
+
+def _read_range(spark: SparkSession, source: JdbcSource, r: TopicRange,
+                partitions: int) -> DataFrame:
+    reader = (spark.read.format("jdbc").options(**source.options())
+              .option("dbtable", source.committed_range(r.topic, r.start, r.end))
+              .option("customSchema", source.custom_schema))
+    if partitions > 1:
+        # Spark splits [lowerBound, upperBound) into numPartitions offset strides, one
+        # query (and connection) each; the subquery itself bounds the range exactly
+        reader = reader.options(partitionColumn="queue_offset", lowerBound=str(r.start),
+                                upperBound=str(r.end), numPartitions=str(partitions))
+    return reader.load()
+
+
+def transform(df: DataFrame) -> DataFrame:
+    """RAW_SCHEMA rows → OUTPUT_SCHEMA rows (pure: no I/O, no session settings)."""
+    return df.select(
+        F.col("queue_offset").cast("long").alias("offset"),
+        "message_id", "transaction_id", "producer_group", "topic",
+        _json(F.col("keys"), ArrayType(StringType())).alias("keys"),
+        "tag",
+        _json(F.col("properties"), MapType(StringType(), StringType())).alias("properties"),
+        "body", "body_bytes", "created_at", "committed_at",
+        _utc_date(F.col("committed_at")).alias("commit_date"),
+    )
+
+
+def _json(column: Column, schema: ArrayType | MapType) -> Column:
+    # FAILFAST: a value that is not the JSON we wrote stops the run instead of becoming null
+    return F.from_json(column, schema, {"mode": "FAILFAST"})
+
+
+def _utc_date(ts: Column) -> Column:
+    # from the instant itself, not the session time zone (to_date would use it)
+    return F.date_from_unix_date(F.floor(F.unix_micros(ts) / MICROS_PER_DAY).cast("int"))
+
+
+def load(df: DataFrame, path: str) -> None:
+    """Parquet under ``path``, hive-partitioned by topic and commit date, offsets in order."""
+    (df.sortWithinPartitions(*PARTITION_COLUMNS, "offset")
+     .write.mode("overwrite").partitionBy(*PARTITION_COLUMNS).parquet(path))
+
+
+def staged_rows(spark: SparkSession, path: str, ranges: Sequence[TopicRange]) -> dict[str, int]:
+    """Rows per topic as written; each range must be complete (every offset exactly once)."""
+    stats = {
+        r["topic"]: (r["rows"], r["low"], r["high"])
+        for r in spark.read.schema(OUTPUT_SCHEMA).parquet(path).groupBy("topic").agg(
+            F.count("*").alias("rows"), F.min("offset").alias("low"),
+            F.max("offset").alias("high")).collect()
+    }
+    counts: dict[str, int] = {}
+    for r in ranges:
+        rows, low, high = stats.get(r.topic, (0, None, None))
+        if (rows, low, high) != (r.rows, r.start, r.end - 1):
+            raise IngestError(
+                f"topic {r.topic}: offsets [{r.start}, {r.end}) should give {r.rows} rows, "
+                f"the written files hold {rows} (offsets {low}..{high}); nothing was published")
+        counts[r.topic] = rows
+    return counts
+
+
+def print_report(report: RunReport) -> None:
+    by_topic = {r.topic: r for r in report.ranges}
+    for topic in report.topics:
+        r = by_topic.get(topic)
+        if r is None:
+            _say(f"  {topic:<40} {0:>12,} rows (nothing new)")
+        else:
+            _say(f"  {topic:<40} {report.rows.get(topic, 0):>12,} rows "
+                 f"(offsets {r.start}..{r.end - 1})")
+    if not report.topics:
+        _say("  no topics to ingest")
+    rate = report.total / report.seconds if report.seconds > 0 else 0.0
+    _say(f"txmsg ingest: {report.total:,} rows from {len(report.ranges)} topic(s) in "
+         f"{report.seconds:.1f} s ({rate:,.0f} rows/s); checkpoint "
+         f"{report.output / '_checkpoint.json'}")
+
+
+def _say(line: str) -> None:
+    print(line, flush=True)
+
+
+def _fail(exc: IngestError) -> int:
+    print(f"txmsg ingest: {exc}", file=sys.stderr, flush=True)
+    return exc.exit_code
+
+
+def _submit_main(argv: Sequence[str] | None = None) -> int:
+    """Entry point for ``spark-submit spark_outbox/job.py --output DIR [--topics a,b]``."""
+    parser = argparse.ArgumentParser(prog="spark_outbox.job",
+                                     description="One incremental txmsg ingestion run.")
+    parser.add_argument("--output", required=True, help="directory of the Parquet dataset")
+    parser.add_argument("--topics", default=None, help="comma-separated topics")
+    args = parser.parse_args(argv)
+    topics = [t.strip() for t in args.topics.split(",") if t.strip()] if args.topics else None
+    return main(Settings(), args.output, topics)
+
+
+if __name__ == "__main__":
+    sys.exit(_submit_main())

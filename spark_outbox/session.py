@@ -1,0 +1,77 @@
+"""The SparkSession of an ingestion run: local by default, any cluster when asked.
+
+Run by ``txmsg ingest``, this process launches the JVM: the master is
+``TXMSG_SPARK_MASTER``, else ``SPARK_MASTER``, else Spark's own default (``spark.master``
+from spark-defaults.conf, else ``local[*]``), and the JDBC driver jar travels with the
+job (``spark.jars``) to the executors. Under ``spark-submit`` the JVM already runs:
+its ``--master``, ``--jars`` and ``--conf`` are left as given.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from app.config import Settings
+from spark_outbox.errors import EXIT_CANNOT_RUN, IngestError
+
+LOG4J_CONFIG = Path(__file__).resolve().with_name("log4j2.properties")
+MIN_JAVA = 17
+
+
+def under_spark_submit(environ: Mapping[str, str]) -> bool:
+    # how pyspark itself knows it must attach to a running JVM instead of starting one
+    return "PYSPARK_GATEWAY_PORT" in environ
+
+
+def check_java(environ: Mapping[str, str]) -> None:
+    """Java 17+ must be there before Spark tries to start it (else: a page of errors)."""
+    java_home = environ.get("JAVA_HOME")
+    java = str(Path(java_home) / "bin" / "java") if java_home else shutil.which("java")
+    if not java or not os.access(java, os.X_OK):
+        where = f"JAVA_HOME={java_home} has no bin/java" if java_home else "no java on PATH"
+        raise IngestError(f"Java not found ({where}): install Java {MIN_JAVA}+ "
+                          "(Debian: openjdk-17-jre-headless, see scripts/ensure-system-deps.sh)",
+                          EXIT_CANNOT_RUN)
+    try:
+        out = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=30,
+                             check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise IngestError(f"cannot run {java}: {exc}", EXIT_CANNOT_RUN) from exc
+    match = re.search(r'version "(\d+)(?:\.(\d+))?', out.stderr + out.stdout)
+    if match:
+        major = int(match.group(1))
+        if major == 1 and match.group(2):  # "1.8.0_392"
+            major = int(match.group(2))
+        if major < MIN_JAVA:
+            raise IngestError(f"Spark needs Java {MIN_JAVA}+, {java} is Java {major}",
+                              EXIT_CANNOT_RUN)
+
+
+def build_session(settings: Settings, environ: Mapping[str, str],  # type: ignore[no-untyped-def]
+                  jars: Sequence[str] = ()):
+    """The run's SparkSession, with ``jars`` (JDBC drivers) on the driver and executors."""
+    from pyspark.sql import SparkSession
+
+    builder = (
+        SparkSession.builder.appName("txmsg-ingest")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.ui.showConsoleProgress", "false")
+    )
+    if not under_spark_submit(environ):
+        master = settings.spark_master or environ.get("SPARK_MASTER")
+        if master:
+            builder = builder.master(master)
+        if jars:
+            builder = builder.config("spark.jars", ",".join(jars))
+        builder = builder.config("spark.driver.extraJavaOptions",
+                                 f"-Dlog4j2.configurationFile={LOG4J_CONFIG}")
+        if not master or master.startswith("local"):
+            builder = builder.config("spark.ui.enabled", "false")  # a short local batch
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    return spark

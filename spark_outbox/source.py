@@ -1,0 +1,125 @@
+"""Where the committed messages come from: the database URL as JDBC, and the SQL per store.
+
+Only the committed views are read: ``committed_messages`` (one row per committed message,
+nothing rolled back, pending or discarded but for TRANS_CHECK_MAX_TIME_TOPIC entries)
+and ``topic_watermarks`` (each topic's next offset).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sqlalchemy.engine import make_url
+
+from app.config import Settings
+from spark_outbox.errors import EXIT_CANNOT_RUN, IngestError
+
+POSTGRESQL = "postgresql"
+SQLITE = "sqlite"
+
+DRIVERS = {POSTGRESQL: "org.postgresql.Driver", SQLITE: "org.sqlite.JDBC"}
+DEBIAN_PACKAGES = {POSTGRESQL: "libpostgresql-jdbc-java", SQLITE: "libxerial-sqlite-jdbc-java"}
+
+# rows fetched per round trip (PostgreSQL streams through a cursor when this is > 0)
+FETCH_SIZE = 10_000
+
+# SQLite gives no column types for the view's computed columns (CASE, COALESCE), so the
+# JDBC schema is stated; timestamps come as text and become timestamps in ``extract``.
+SQLITE_SCHEMA = (
+    "topic STRING, queue_offset BIGINT, message_id STRING, transaction_id STRING, "
+    "producer_group STRING, keys STRING, tag STRING, properties STRING, body STRING, "
+    "body_bytes BINARY, created_at STRING, committed_at STRING"
+)
+POSTGRESQL_SCHEMA = SQLITE_SCHEMA.replace("created_at STRING, committed_at STRING",
+                                          "created_at TIMESTAMP, committed_at TIMESTAMP")
+
+# SQLite stores UTC datetimes as naive text; the "Z" makes them instants whatever the
+# Spark session's time zone is.
+_SQLITE_TIMESTAMPS = "created_at || 'Z' AS created_at, committed_at || 'Z' AS committed_at"
+_POSTGRESQL_TIMESTAMPS = "created_at, committed_at"
+WATERMARKS_TABLE = "(SELECT topic, next_offset FROM topic_watermarks) watermarks"
+_COLUMNS = ("topic, queue_offset, message_id, transaction_id, producer_group, keys, tag, "
+            "properties, body, body_bytes, {timestamps}")
+
+
+@dataclass(frozen=True)
+class JdbcSource:
+    kind: str
+    url: str
+    jar: Path
+    display: str  # the database URL without its password, for messages
+    properties: dict[str, str] = field(default_factory=dict)
+    sqlite_file: Path | None = None
+
+    @property
+    def driver(self) -> str:
+        return DRIVERS[self.kind]
+
+    @property
+    def custom_schema(self) -> str:
+        return SQLITE_SCHEMA if self.kind == SQLITE else POSTGRESQL_SCHEMA
+
+    def options(self) -> dict[str, str]:
+        """Options of Spark's JDBC source common to every read of this database."""
+        return {"url": self.url, "driver": self.driver, "fetchsize": str(FETCH_SIZE),
+                **self.properties}
+
+    def committed_range(self, topic: str, start: int, end: int) -> str:
+        """A ``dbtable`` subquery: the committed messages of ``topic`` with offsets in [start, end)."""
+        timestamps = _SQLITE_TIMESTAMPS if self.kind == SQLITE else _POSTGRESQL_TIMESTAMPS
+        return (f"(SELECT {_COLUMNS.format(timestamps=timestamps)} FROM committed_messages "
+                f"WHERE topic = {_literal(topic)} AND queue_offset >= {int(start)} "
+                f"AND queue_offset < {int(end)}) committed_range")
+
+
+def jdbc_source(settings: Settings) -> JdbcSource:
+    """The JDBC form of ``TXMSG_DATABASE_URL`` (SQLAlchemy syntax) and its driver jar."""
+    try:
+        url = make_url(settings.database_url)
+    except Exception as exc:
+        raise IngestError(f"TXMSG_DATABASE_URL is not a database URL: {exc}",
+                          EXIT_CANNOT_RUN) from exc
+    display = url.render_as_string(hide_password=True)
+    backend = url.get_backend_name()
+    if backend == SQLITE:
+        if not url.database or url.database == ":memory:":
+            raise IngestError("an in-memory SQLite database cannot be ingested: "
+                              "set TXMSG_DATABASE_URL to a file", EXIT_CANNOT_RUN)
+        path = Path(url.database).resolve()
+        return JdbcSource(SQLITE, f"jdbc:sqlite:{path}", Path(settings.sqlite_jdbc_jar),
+                          display, sqlite_file=path)
+    if backend == POSTGRESQL:
+        props = {k: str(v) for k, v in url.query.items()}
+        props["connectTimeout"] = str(settings.db_connect_timeout_seconds)
+        props.setdefault("ApplicationName", "txmsg-ingest")
+        if url.username:
+            props["user"] = url.username
+        if url.password:
+            props["password"] = str(url.password)
+        host = url.host or "localhost"
+        if ":" in host:  # an IPv6 address
+            host = f"[{host}]"
+        return JdbcSource(POSTGRESQL,
+                          f"jdbc:postgresql://{host}:{url.port or 5432}/{url.database or ''}",
+                          Path(settings.postgresql_jdbc_jar), display, properties=props)
+    raise IngestError(f"txmsg ingest reads PostgreSQL or SQLite, not {backend!r} "
+                      f"({display})", EXIT_CANNOT_RUN)
+
+
+def check_reachable(source: JdbcSource) -> None:
+    """Fail early and clearly when the driver jar or the SQLite file is missing."""
+    if not source.jar.is_file():
+        raise IngestError(
+            f"{source.kind} JDBC driver not found at {source.jar} (install the Debian "
+            f"package {DEBIAN_PACKAGES[source.kind]}: scripts/ensure-system-deps.sh)",
+            EXIT_CANNOT_RUN)
+    # the SQLite driver would silently create an empty database file
+    if source.sqlite_file is not None and not source.sqlite_file.is_file():
+        raise IngestError(f"database file {source.sqlite_file} does not exist "
+                          "(check TXMSG_DATABASE_URL; `txmsg migrate` creates it)",
+                          EXIT_CANNOT_RUN)
+
+
+def _literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"

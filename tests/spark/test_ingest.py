@@ -1,0 +1,193 @@
+"""Ingestion runs against both stores, with data produced through the real API."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from pyspark.sql import functions as F
+from pyspark.testing import assertDataFrameEqual, assertSchemaEqual
+
+from app.config import Settings
+from app.domain.states import Op
+from spark_outbox.dataset import OutputDir
+from spark_outbox.errors import EXIT_CANNOT_RUN, IngestError
+from spark_outbox.job import run
+from spark_outbox.plan import TopicRange
+from tests.conftest import free_port, make_settings
+from tests.spark.helpers import (
+    COMPARED,
+    GROUP,
+    LAKE_SCHEMA,
+    checkpoint,
+    commit,
+    data_files,
+    expected,
+    read_lake,
+    register,
+    rollback,
+    send,
+)
+
+pytestmark = pytest.mark.spark
+
+ORDER_TEXT = {"topic": "orders", "body": "héllo", "keys": ["o-1", "o-1b"], "tag": "created",
+              "properties": {"region": "eu"}}
+ORDER_BINARY = {"topic": "orders", "body_base64": "AAEC/w=="}
+PAYMENT = {"topic": "payments", "body": "paid", "keys": ["p-1"]}
+
+
+class Crash(Exception):
+    pass
+
+
+def _timestamps_make_sense(lake, since_micros: int) -> None:  # type: ignore[no-untyped-def]
+    """created <= committed, both from this test, and commit_date is the UTC commit day."""
+    bad = lake.where(
+        (F.col("created_at") > F.col("committed_at"))
+        | (F.unix_micros("created_at") < since_micros)
+        | (F.unix_micros("committed_at") > int(time.time() * 1e6) + 60_000_000)
+        | (F.col("commit_date") != F.to_date("committed_at"))  # the test session is in UTC
+        | F.col("created_at").isNull()
+    )
+    assert bad.count() == 0
+
+
+def test_first_run_then_incremental_with_a_late_commit_then_nothing_twice(
+        spark, client, settings: Settings, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    since = int(time.time() * 1e6) - 1_000_000
+    register(client)
+    late = send(client, "tx-late", ORDER_TEXT, ORDER_BINARY, PAYMENT)  # sent first, committed last
+    early = send(client, "tx-early", {"topic": "orders", "body": "second", "keys": ["o-2"]})
+    send(client, "tx-undone", {"topic": "orders", "body": "never"})
+    rollback(client, "tx-undone")
+    send(client, "tx-pending", {"topic": "orders", "body": "not yet"})
+    assert commit(client, "tx-early") == [("orders", 0)]
+    out = tmp_path / "lake"
+
+    first = run(spark, settings, out, None)
+
+    assert first.topics == ["orders"] and first.rows == {"orders": 1}
+    lake = read_lake(spark, out)
+    assertSchemaEqual(lake.schema, LAKE_SCHEMA)
+    early_row = ("orders", 0, early[0], "tx-early", GROUP, ["o-2"], None, {}, "second",
+                 b"second")
+    assertDataFrameEqual(lake.select(COMPARED), expected(spark, [early_row]))
+    assert checkpoint(out) == {"orders": 1}
+
+    assert commit(client, "tx-late") == [("orders", 1), ("orders", 2), ("payments", 0)]
+    # one JDBC read per offset: partition boundaries must neither drop nor repeat a row
+    second = run(spark, settings, out, None, rows_per_partition=1)
+
+    assert second.ranges == [TopicRange("orders", 1, 3), TopicRange("payments", 0, 1)]
+    assert second.rows == {"orders": 2, "payments": 1}
+    all_rows = [
+        early_row,
+        ("orders", 1, late[0], "tx-late", GROUP, ["o-1", "o-1b"], "created", {"region": "eu"},
+         "héllo", "héllo".encode()),
+        ("orders", 2, late[1], "tx-late", GROUP, [], None, {}, None, b"\x00\x01\x02\xff"),
+        ("payments", 0, late[2], "tx-late", GROUP, ["p-1"], None, {}, "paid", b"paid"),
+    ]
+    lake = read_lake(spark, out)
+    assertDataFrameEqual(lake.select(COMPARED), expected(spark, all_rows))
+    _timestamps_make_sense(lake, since)
+    assert checkpoint(out) == {"orders": 3, "payments": 1}
+
+    third = run(spark, settings, out, None)
+
+    assert third.ranges == [] and third.rows == {}
+    assertDataFrameEqual(read_lake(spark, out).select(COMPARED), expected(spark, all_rows))
+    assert data_files(out) == [
+        "topic=orders/part-0000000000000000000-0000000000000000001-00000.parquet",
+        "topic=orders/part-0000000000000000001-0000000000000000003-00000.parquet",
+        "topic=orders/part-0000000000000000001-0000000000000000003-00001.parquet",
+        "topic=payments/part-0000000000000000000-0000000000000000001-00000.parquet",
+    ]
+    assert sorted(p.name for p in out.iterdir()) == [
+        ".lock", "_checkpoint.json", "topic=orders", "topic=payments"]
+
+
+@pytest.mark.parametrize("stage", ["staged", "published"])
+def test_a_run_interrupted_before_its_checkpoint_is_redone_exactly(
+        spark, client, settings: Settings, tmp_path: Path, stage: str) -> None:  # type: ignore[no-untyped-def]
+    register(client)
+    first = send(client, "tx-1", {"topic": "orders", "body": "a"}, {"topic": "orders", "body": "b"})
+    commit(client, "tx-1")
+    out = tmp_path / "lake"
+
+    def crash(at: str) -> None:
+        if at == stage:
+            raise Crash(at)
+
+    with pytest.raises(Crash):
+        run(spark, settings, out, None, fault=crash)
+
+    assert not (out / "_checkpoint.json").exists()
+    assert OutputDir(out).pending() == [TopicRange("orders", 0, 2)]
+    if stage == "published":  # the data of the unfinished range is there, under its final name
+        assert data_files(out) == [
+            "topic=orders/part-0000000000000000000-0000000000000000002-00000.parquet"]
+    # more commits before the rerun: it covers a larger range, so other file names
+    second = send(client, "tx-2", {"topic": "orders", "body": "c"})
+    commit(client, "tx-2")
+
+    report = run(spark, settings, out, None)
+
+    assert report.recovered == [TopicRange("orders", 0, 2)]
+    assert report.ranges == [TopicRange("orders", 0, 3)] and report.rows == {"orders": 3}
+    assertDataFrameEqual(read_lake(spark, out).select(COMPARED), expected(spark, [
+        ("orders", 0, first[0], "tx-1", GROUP, [], None, {}, "a", b"a"),
+        ("orders", 1, first[1], "tx-1", GROUP, [], None, {}, "b", b"b"),
+        ("orders", 2, second[0], "tx-2", GROUP, [], None, {}, "c", b"c"),
+    ]))
+    assert data_files(out) == [
+        "topic=orders/part-0000000000000000000-0000000000000000003-00000.parquet"]
+    assert checkpoint(out) == {"orders": 3}
+    assert OutputDir(out).pending() == [] and not (out / "_staging").exists()
+
+
+def test_discarded_messages_only_when_named_and_internal_topics_never(
+        spark, app, client, settings: Settings, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    register(client)
+    lost = send(client, "tx-lost", {"topic": "orders", "body": "unanswered", "tag": "t"})
+    app.extensions["txmsg"].lifecycle.finish(GROUP, "tx-lost", Op.DISCARD, source="check",
+                                             check_times=15)
+    kept = send(client, "tx-kept", {"topic": "orders", "body": "kept"})
+    commit(client, "tx-kept")
+    out = tmp_path / "lake"
+
+    default = run(spark, settings, out, None)
+    named = run(spark, settings, out, ["TRANS_CHECK_MAX_TIME_TOPIC"])
+
+    assert default.topics == ["orders"] and default.rows == {"orders": 1}
+    assert named.topics == ["TRANS_CHECK_MAX_TIME_TOPIC"]
+    assert named.rows == {"TRANS_CHECK_MAX_TIME_TOPIC": 1}
+    assertDataFrameEqual(read_lake(spark, out).select(COMPARED), expected(spark, [
+        ("orders", 0, kept[0], "tx-kept", GROUP, [], None, {}, "kept", b"kept"),
+        ("TRANS_CHECK_MAX_TIME_TOPIC", 0, lost[0], "tx-lost", GROUP, [], "t",
+         {"REAL_TOPIC": "orders", "TRANSACTION_ID": "tx-lost", "PRODUCER_GROUP": GROUP,
+          "CHECK_TIMES": "15"}, "unanswered", b"unanswered"),
+    ]))
+    with pytest.raises(IngestError, match="RMQ_SYS_TRANS_HALF_TOPIC is internal") as err:
+        run(spark, settings, out, ["orders", "RMQ_SYS_TRANS_HALF_TOPIC"])
+    assert err.value.exit_code == EXIT_CANNOT_RUN
+
+
+@pytest.mark.parametrize("store", ["postgres-closed-port", "sqlite-not-migrated"])
+def test_an_unreadable_database_is_one_clear_line(spark, tmp_path: Path, store: str) -> None:  # type: ignore[no-untyped-def]
+    if store == "postgres-closed-port":
+        url = f"postgresql+psycopg://txmsg:secret@127.0.0.1:{free_port()}/txmsg"
+        reason = "Connection to 127.0.0.1:"
+    else:
+        (tmp_path / "empty.db").write_bytes(b"")
+        url = f"sqlite:///{tmp_path / 'empty.db'}"
+        reason = "no such table: topic_watermarks"
+
+    with pytest.raises(IngestError) as err:
+        run(spark, make_settings(url), tmp_path / "lake", None)
+
+    message = str(err.value)
+    assert message.startswith("cannot read the database ") and reason in message
+    assert "\n" not in message and "secret" not in message
+    assert not (tmp_path / "lake" / "_checkpoint.json").exists()
