@@ -107,6 +107,7 @@ def run(spark: SparkSession, settings: Settings, output_dir: str | Path,
     started = time.monotonic()
     requested = check_requested(topics)
     source = jdbc_source(settings)
+    check_reachable(source)
     output = OutputDir(output_dir)
     with output.locked():
         recovered = output.recover()

@@ -6,11 +6,13 @@ import time
 from pathlib import Path
 
 import pytest
+from pyspark.sql import Row
 from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual, assertSchemaEqual
 
 from app.config import Settings
 from app.domain.states import Op
+from spark_outbox import show
 from spark_outbox.dataset import OutputDir
 from spark_outbox.errors import EXIT_CANNOT_RUN, IngestError
 from spark_outbox.job import run
@@ -191,3 +193,20 @@ def test_an_unreadable_database_is_one_clear_line(spark, tmp_path: Path, store: 
     assert message.startswith("cannot read the database ") and reason in message
     assert "\n" not in message and "secret" not in message
     assert not (tmp_path / "lake" / "_checkpoint.json").exists()
+
+
+def test_topic_names_that_look_like_numbers_or_need_escaping_round_trip(
+        spark, client, settings: Settings, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    register(client)
+    send(client, "tx-odd", {"topic": "007", "body": "x"}, {"topic": "a%b|c", "body": "y"})
+    commit(client, "tx-odd")
+    out = tmp_path / "lake"
+
+    first = run(spark, settings, out, None)
+    again = run(spark, settings, out, None)
+
+    assert first.rows == {"007": 1, "a%b|c": 1} and again.ranges == []
+    assert checkpoint(out) == {"007": 1, "a%b|c": 1}
+    assertDataFrameEqual(show.read(spark, str(out)).select("topic", "offset", "body"),
+                         [Row(topic="007", offset=0, body="x"),
+                          Row(topic="a%b|c", offset=0, body="y")])
