@@ -240,7 +240,7 @@ def print_report(report: RunReport) -> None:
         _say("  no topics to ingest")
     rate = report.total / report.seconds if report.seconds > 0 else 0.0
     _say(f"txmsg ingest: {report.total:,} rows from {len(report.ranges)} topic(s) in "
-         f"{report.seconds:.1f} s ({rate:,.0f} rows/s); checkpoint "
+         f"{report.seconds:.1f} s ({rate:,.{0 if rate >= 10 else 1}f} rows/s); checkpoint "
          f"{report.output / '_checkpoint.json'}")
 
 
