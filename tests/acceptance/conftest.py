@@ -39,7 +39,7 @@ def clean_env(env: dict[str, str]) -> dict[str, str]:
 
 def run_txmsg(args: list[str], env: dict[str, str], cwd: Path,
               timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([TXMSG, *args], env=clean_env(env), cwd=cwd,
+    return subprocess.run([TXMSG, *args], check=False, env=clean_env(env), cwd=cwd,
                           capture_output=True, text=True, timeout=timeout)
 
 
