@@ -76,14 +76,20 @@ def _configure_sqlite(engine: Engine, settings: Settings) -> None:
         conn.exec_driver_sql(f"BEGIN {mode}")
 
 
+def write_connection(engine: Engine) -> Connection:
+    """A connection whose transactions are read-write; on SQLite each takes the write lock
+    up front (BEGIN IMMEDIATE: no deadlock upgrading a read lock)."""
+    conn = engine.connect()
+    if conn.dialect.name == "sqlite":
+        conn = conn.execution_options(sqlite_begin="IMMEDIATE")
+    return conn
+
+
 @contextmanager
 def write_transaction(engine: Engine) -> Iterator[Connection]:
-    """A read-write transaction; on SQLite it takes the write lock up front (no upgrade deadlock)."""
-    with engine.connect() as conn:
-        if conn.dialect.name == "sqlite":
-            conn = conn.execution_options(sqlite_begin="IMMEDIATE")
-        with conn.begin():
-            yield conn
+    """A read-write transaction on a pooled connection (see ``write_connection``)."""
+    with write_connection(engine) as conn, conn.begin():
+        yield conn
 
 
 def wraps_db_errors(fn: Callable[P, R]) -> Callable[P, R]:

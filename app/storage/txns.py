@@ -3,10 +3,25 @@ message_log, topic_offset). Every statement on these tables lives here."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
-from sqlalchemy import Connection, Row, and_, bindparam, func, insert, select, tuple_, update
+from sqlalchemy import (
+    BigInteger,
+    Connection,
+    Row,
+    Select,
+    String,
+    and_,
+    any_,
+    bindparam,
+    func,
+    insert,
+    select,
+    tuple_,
+    update,
+)
 from sqlalchemy.dialects import postgresql, sqlite
 
 from app.storage.schema import half_message, message_log, op_log, topic_offset, txn
@@ -28,11 +43,38 @@ ID_COLUMNS = (half_message.c.txn_id, half_message.c.message_id, half_message.c.t
 PUBLISH_COLUMNS = (*ID_COLUMNS, half_message.c.id, half_message.c.properties)
 
 
+# On PostgreSQL, lookups of many rows take arrays (``= ANY(:ids)``, a join on
+# ``unnest(:groups, :ids)``) rather than IN lists: one statement text whatever the batch
+# size, so it is parsed and planned once (psycopg prepares it), and a join on the unique
+# index instead of an OR of index scans. SQLite has no arrays and keeps IN lists.
+_KEYS = func.unnest(bindparam("k_groups", type_=postgresql.ARRAY(String)),
+                    bindparam("k_ids", type_=postgresql.ARRAY(String))
+                    ).table_valued("g", "x").render_derived()
+_TXN_IDS = bindparam("txn_ids", type_=postgresql.ARRAY(BigInteger))
+
+
+def _pg(conn: Connection) -> bool:
+    return conn.dialect.name == "postgresql"
+
+
+@functools.cache
+def _find_txns_pg(lock: bool) -> Select:
+    stmt = (select(*TXN_COLUMNS)
+            .select_from(txn.join(_KEYS, and_(txn.c.producer_group == _KEYS.c.g,
+                                              txn.c.transaction_id == _KEYS.c.x)))
+            .order_by(txn.c.id))
+    return stmt.with_for_update(of=txn) if lock else stmt
+
+
 def find_txns(conn: Connection, keys: Iterable[Key], *, lock: bool = False) -> dict[Key, Row]:
     """Transactions by (group, transaction id); ``lock`` takes their row locks in id order."""
     keys = sorted(set(keys))
     if not keys:
         return {}
+    if _pg(conn):
+        rows = conn.execute(_find_txns_pg(lock), {"k_groups": [g for g, _ in keys],
+                                                  "k_ids": [t for _, t in keys]})
+        return {(r.producer_group, r.transaction_id): r for r in rows}
     stmt = (
         select(*TXN_COLUMNS)
         .where(tuple_(txn.c.producer_group, txn.c.transaction_id).in_(keys))
@@ -41,6 +83,59 @@ def find_txns(conn: Connection, keys: Iterable[Key], *, lock: bool = False) -> d
     if lock:
         stmt = stmt.with_for_update()
     return {(r.producer_group, r.transaction_id): r for r in conn.execute(stmt)}
+
+
+class Published(NamedTuple):
+    """What publishing needs of a half message."""
+
+    txn_id: int
+    id: int
+    message_id: str
+    topic: str
+    properties: str
+
+
+_PUBLISHED = (half_message.c.id.label("m_id"), half_message.c.message_id.label("m_message_id"),
+              half_message.c.topic.label("m_topic"),
+              half_message.c.properties.label("m_properties"))
+
+
+@functools.cache
+def _lock_txns_stmt(pg: bool) -> Select:
+    stmt = select(*TXN_COLUMNS, *_PUBLISHED)
+    joined = txn.join(_KEYS, and_(txn.c.producer_group == _KEYS.c.g,
+                                  txn.c.transaction_id == _KEYS.c.x)) if pg else txn
+    stmt = (stmt.select_from(joined.outerjoin(half_message, half_message.c.txn_id == txn.c.id))
+            .order_by(txn.c.id, half_message.c.seq))
+    return stmt.with_for_update(of=txn) if pg else stmt
+
+
+def lock_txns(conn: Connection, keys: Iterable[Key]
+              ) -> tuple[dict[Key, Row], dict[int, list[Published]]]:
+    """Lock transactions (in id order) and read their messages, in one statement.
+
+    The transactions by (group, transaction id), and their messages in send order.
+    """
+    keys = sorted(set(keys))
+    if not keys:
+        return {}, {}
+    if _pg(conn):
+        result = conn.execute(_lock_txns_stmt(True), {"k_groups": [g for g, _ in keys],
+                                                      "k_ids": [t for _, t in keys]})
+    else:
+        result = conn.execute(_lock_txns_stmt(False).where(
+            tuple_(txn.c.producer_group, txn.c.transaction_id).in_(keys)))
+    rows: dict[Key, Row] = {}
+    messages: dict[int, list[Published]] = {}
+    for r in result:
+        key = (r.producer_group, r.transaction_id)
+        if key not in rows:
+            rows[key] = r
+            messages[r.id] = []
+        if r.m_id is not None:
+            messages[r.id].append(Published(r.id, r.m_id, r.m_message_id, r.m_topic,
+                                            r.m_properties))
+    return rows, messages
 
 
 def get_txn(conn: Connection, group: str, transaction_id: str) -> Row | None:
@@ -55,19 +150,42 @@ def list_txns(conn: Connection, group: str, state: str | None, after_id: int,
     return list(conn.execute(stmt.order_by(txn.c.id).limit(limit)))
 
 
-def insert_txns(conn: Connection, rows: Sequence[Mapping[str, Any]]) -> list[int]:
-    """Insert transactions; their new ids, in the order given."""
+def insert_new_txns(conn: Connection, rows: Sequence[Mapping[str, Any]]) -> dict[Key, int]:
+    """Insert the transactions whose (group, transaction id) is free; their new ids.
+
+    An id already taken is skipped, not an error (ON CONFLICT DO NOTHING; a concurrent
+    insert of the same id is waited for): the caller looks those up.
+    """
     if not rows:
-        return []
-    result = conn.execute(
-        insert(txn).returning(txn.c.id, sort_by_parameter_order=True), list(rows)
-    )
-    return [r.id for r in result]
+        return {}
+    dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
+    stmt = (dialect.insert(txn)
+            .on_conflict_do_nothing(index_elements=[txn.c.producer_group, txn.c.transaction_id])
+            .returning(txn.c.id, txn.c.producer_group, txn.c.transaction_id))
+    return {(r.producer_group, r.transaction_id): r.id for r in conn.execute(stmt, list(rows))}
 
 
 def insert_messages(conn: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
     if rows:
         conn.execute(insert(half_message), list(rows))
+
+
+def _by_txn_ids(conn: Connection, stmt: Select, ids: list[int]) -> Any:
+    """Run ``stmt`` (selecting rows of half_message) for these transaction ids, in send order."""
+    order = (half_message.c.txn_id, half_message.c.seq)
+    if _pg(conn):
+        return conn.execute(_pg_by_txn_ids(stmt, order), {"txn_ids": ids})
+    return conn.execute(stmt.where(half_message.c.txn_id.in_(ids)).order_by(*order))
+
+
+@functools.lru_cache(maxsize=32)
+def _pg_by_txn_ids(stmt: Select, order: tuple[Any, ...]) -> Select:
+    return stmt.where(half_message.c.txn_id == any_(_TXN_IDS)).order_by(*order)
+
+
+@functools.lru_cache(maxsize=32)
+def _select(columns: tuple[Any, ...]) -> Select:
+    return select(*columns)
 
 
 def messages_of(conn: Connection, txn_ids: Iterable[int],
@@ -77,11 +195,17 @@ def messages_of(conn: Connection, txn_ids: Iterable[int],
     out: dict[int, list[Row]] = {i: [] for i in ids}
     if not ids:
         return out
-    stmt = (select(*columns).where(half_message.c.txn_id.in_(ids))
-            .order_by(half_message.c.txn_id, half_message.c.seq))
-    for row in conn.execute(stmt):
+    for row in _by_txn_ids(conn, _select(tuple(columns)), ids):
         out[row.txn_id].append(row)
     return out
+
+
+_COMMITTED_OFFSETS = (
+    select(half_message.c.txn_id, half_message.c.message_id, half_message.c.topic,
+           message_log.c.queue_offset)
+    .join(message_log, and_(message_log.c.half_message_id == half_message.c.id,
+                            message_log.c.topic == half_message.c.topic))
+)
 
 
 def committed_offsets(conn: Connection, txn_ids: Iterable[int]) -> dict[int, list[Row]]:
@@ -90,15 +214,7 @@ def committed_offsets(conn: Connection, txn_ids: Iterable[int]) -> dict[int, lis
     out: dict[int, list[Row]] = {i: [] for i in ids}
     if not ids:
         return out
-    stmt = (
-        select(half_message.c.txn_id, half_message.c.message_id, half_message.c.topic,
-               message_log.c.queue_offset)
-        .join(message_log, and_(message_log.c.half_message_id == half_message.c.id,
-                                message_log.c.topic == half_message.c.topic))
-        .where(half_message.c.txn_id.in_(ids))
-        .order_by(half_message.c.txn_id, half_message.c.seq)
-    )
-    for row in conn.execute(stmt):
+    for row in _by_txn_ids(conn, _COMMITTED_OFFSETS, ids):
         out[row.txn_id].append(row)
     return out
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -21,11 +22,12 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy import exc as sa_exc
 
 from app.errors import ApiError, DatabaseUnavailable
-from app.storage.db import write_transaction
+from app.storage.db import write_connection
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+_KEEP_IDLE_SECONDS = 1.0
 ApplyFn = Callable[[Connection, Sequence[T]], list[Any]]
 
 
@@ -53,12 +55,16 @@ class GroupCommitWriter(Generic[T]):
     """
 
     def __init__(self, engine: Engine, apply: ApplyFn, *, max_batch: int = 512,
-                 name: str = "txmsg-writer") -> None:
+                 name: str = "txmsg-writer",
+                 on_batch: Callable[[int], object] | None = None) -> None:
         self._engine = engine
         self._apply = apply
         self._max_batch = max_batch
+        self._on_batch = on_batch  # told each committed batch's size (a metric)
         self._queue: queue.SimpleQueue[_Pending[T] | None] = queue.SimpleQueue()
         self.stats = WriterStats()
+        self._conn: Connection | None = None
+        self._last_used = 0.0
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
@@ -75,6 +81,7 @@ class GroupCommitWriter(Generic[T]):
         while True:
             first = self._queue.get()
             if first is None:
+                self._release()
                 return
             batch = [first]
             while len(batch) < self._max_batch:
@@ -120,12 +127,52 @@ class GroupCommitWriter(Generic[T]):
                 pending.future.set_result(outcome)
 
     def _transact(self, batch: list[_Pending[T]]) -> list[Any]:
-        with write_transaction(self._engine) as conn:
-            outcomes = self._apply(conn, [p.item for p in batch])
+        items = [p.item for p in batch]
+        while True:
+            reused = self._conn is not None
+            conn = self._connection()
+            trans = conn.begin()
+            try:
+                outcomes = self._apply(conn, items)
+            except BaseException as exc:
+                self._release()  # never reuse a connection a batch failed on
+                # A kept connection can die while idle (a database restart) and nothing
+                # pings it: if it is lost before the commit, nothing of the batch was
+                # written, so the batch runs again on a fresh (pinged) connection.
+                if reused and getattr(exc, "connection_invalidated", False):
+                    log.info("writer connection lost (%s); retrying the batch", exc)
+                    continue
+                raise
+            try:
+                trans.commit()
+            except BaseException:
+                self._release()
+                raise
+            break
+        self._last_used = time.monotonic()
         self.stats.transactions += 1
         self.stats.requests += len(batch)
         self.stats.largest_batch = max(self.stats.largest_batch, len(batch))
+        if self._on_batch is not None:
+            self._on_batch(len(batch))
         return outcomes
+
+    def _connection(self) -> Connection:
+        # Under load the writer keeps one connection (no pool checkout and pre-ping per
+        # batch); after a pause it takes a fresh, pinged one from the pool.
+        if self._conn is not None and time.monotonic() - self._last_used > _KEEP_IDLE_SECONDS:
+            self._release()
+        if self._conn is None:
+            self._conn = write_connection(self._engine)
+        return self._conn
+
+    def _release(self) -> None:
+        if self._conn is not None:
+            conn, self._conn = self._conn, None
+            try:
+                conn.close()
+            except sa_exc.SQLAlchemyError:
+                log.debug("closing the writer's connection failed", exc_info=True)
 
 
 def _is_connectivity(exc: BaseException) -> bool:
