@@ -29,6 +29,10 @@ def sqlalchemy_url(url: str) -> str:
     return libpq_url(url).replace("postgresql://", "postgresql+psycopg://", 1)
 
 
+def database_name(url: str) -> str:
+    return url.rsplit("/", 1)[1].split("?", 1)[0]
+
+
 def txmsg_command() -> list[str]:
     script = Path(sys.executable).parent / "txmsg"
     return [str(script)] if script.exists() else [sys.executable, "-m", "app.cli"]

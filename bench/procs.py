@@ -98,27 +98,36 @@ def cpu_seconds(pids: list[int]) -> float:
     return total / _TICK
 
 
-def postgres_pids() -> list[int]:
+def postgres_pids(database: str | None = None) -> list[int]:
+    """PostgreSQL's processes; with ``database``, only its backends and the shared ones
+    (WAL writer, checkpointer...), not other databases' (other tests may run meanwhile)."""
     out = []
     for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if (entry / "comm").read_text().strip() in ("postgres", "postmaster"):
-                    out.append(int(entry.name))
-            except OSError:
+        if not entry.name.isdigit():
+            continue
+        try:
+            if (entry / "comm").read_text().strip() not in ("postgres", "postmaster"):
                 continue
+            title = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        words = title.split()
+        client = "(" in title or "[local]" in title
+        if database is None or database in words or (not client and "worker" not in title):
+            out.append(int(entry.name))
     return out
 
 
 class CpuProbe:
     """CPU used by the service's process tree, PostgreSQL and this process (the clients)."""
 
-    def __init__(self, service_pid: int | None) -> None:
-        self.service_pid = service_pid
+    def __init__(self, service_pid: int | None, database: str | None = None) -> None:
+        self.service_pid, self.database = service_pid, database
 
     def __call__(self) -> dict[str, float]:
-        snap = {"clients": cpu_seconds([os.getpid()]), "postgres": cpu_seconds(postgres_pids()),
-                "total": _machine_busy()}
+        snap = {"clients": cpu_seconds([os.getpid()]),
+                "postgres": cpu_seconds(postgres_pids(self.database)),
+                "machine": _machine_busy()}
         if self.service_pid is not None:
             snap["service"] = cpu_seconds(tree(self.service_pid))
         return snap

@@ -15,7 +15,7 @@ from typing import Any
 import psycopg
 
 from bench.load import closed_loop
-from bench.pgdb import libpq_url
+from bench.pgdb import database_name, libpq_url
 from bench.procs import CpuProbe
 
 BODY = b"x" * 1024
@@ -68,7 +68,7 @@ def single_inserts(url: str, clients: int, seconds: float, warmup: float) -> dic
         return op
 
     try:
-        return closed_loop(clients, make_op, seconds, warmup, probe=CpuProbe(None))
+        return closed_loop(clients, make_op, seconds, warmup, probe=CpuProbe(None, database_name(url)))
     finally:
         for c in conns:
             c.close()
@@ -93,7 +93,7 @@ def batched_inserts(url: str, clients: int, seconds: float, warmup: float,
         return op
 
     try:
-        return closed_loop(clients, make_op, seconds, warmup, probe=CpuProbe(None))
+        return closed_loop(clients, make_op, seconds, warmup, probe=CpuProbe(None, database_name(url)))
     finally:
         for c in conns:
             c.close()

@@ -48,7 +48,8 @@ GOALS = {"b_over_a": (">=", 0.25), "d_over_c": (">=", 0.3), "f_scan_ratio": ("<=
 @dataclass(frozen=True)
 class Plan:
     clients: int = CLIENTS
-    seconds: float = 20.0          # each closed-loop phase, after the warm-up
+    seconds: float = 15.0          # each closed-loop run, after the warm-up
+    rounds: int = 3                # of (a), (b), (c), (d), interleaved; medians reported
     warmup: float = 3.0
     paced_seconds: float = 300.0   # (e) and the service's memory
     batch_rows: int = 100          # (c) and (d)
@@ -58,12 +59,12 @@ class Plan:
     checker_backlog: int = 100_000
     checker_reference_backlog: int = 1_000
     checker_seconds: float = 60.0
-    ingest_rows: int = 100_000
+    ingest_rows: int = 1_000_000
     compare_gunicorn: bool = False
     quick: bool = False
 
 
-QUICK = Plan(seconds=1.5, warmup=0.5, paced_seconds=3.0, due_resolved=20_000,
+QUICK = Plan(seconds=1.5, warmup=0.5, rounds=1, paced_seconds=3.0, due_resolved=20_000,
              due_pending=1_000, due_repeats=10, checker_backlog=2_000,
              checker_reference_backlog=200, checker_seconds=3.0, ingest_rows=1_000, quick=True)
 
@@ -79,8 +80,9 @@ def main(argv: list[str] | None = None) -> int:
          f"{results['machine']['cores']} cores")
     t0 = time.perf_counter()
     with bench_database(admin) as db:
-        _phases(plan, db, results)
+        _phases(plan, admin, db, results)
     results["total_seconds"] = round(time.perf_counter() - t0, 1)
+    results["load_average_at_end"] = list(os.getloadavg())
     results["ratios"] = _ratios(results)
     results["goals"] = _goals(results["ratios"])
     out_path.parent.mkdir(parents=True, exist_ok=True)
@@ -96,7 +98,8 @@ def _parse(argv: list[str] | None) -> tuple[Plan, Path]:
                    default=os.environ.get("TXMSG_BENCH_QUICK", "") not in ("", "0"),
                    help="a smoke run of a few seconds per phase (env TXMSG_BENCH_QUICK=1)")
     p.add_argument("--clients", type=int, help=f"client threads (default {CLIENTS})")
-    p.add_argument("--seconds", type=float, help="length of each closed-loop phase")
+    p.add_argument("--seconds", type=float, help="length of each closed-loop run")
+    p.add_argument("--rounds", type=int, help="interleaved rounds of (a)-(d) (default 3)")
     p.add_argument("--paced-seconds", type=float,
                    help="length of the half-peak run (latency and memory); default 300")
     p.add_argument("--checker-seconds", type=float, help="length of each checker memory run")
@@ -105,14 +108,14 @@ def _parse(argv: list[str] | None) -> tuple[Plan, Path]:
     p.add_argument("--out", type=Path, default=OUT)
     args = p.parse_args(argv)
     plan = QUICK if args.quick else Plan()
-    overrides = {"clients": args.clients, "seconds": args.seconds,
+    overrides = {"clients": args.clients, "seconds": args.seconds, "rounds": args.rounds,
                  "paced_seconds": args.paced_seconds, "checker_seconds": args.checker_seconds}
     plan = replace(plan, **{k: v for k, v in overrides.items() if v is not None},
                    compare_gunicorn=args.gunicorn)
     return plan, args.out
 
 
-def _phases(plan: Plan, db: str, results: dict[str, Any]) -> None:
+def _phases(plan: Plan, admin: str, db: str, results: dict[str, Any]) -> None:
     n, secs, warm = plan.clients, plan.seconds, plan.warmup
 
     def phase(name: str, fn: Callable[[], Any]) -> Any:
@@ -127,23 +130,32 @@ def _phases(plan: Plan, db: str, results: dict[str, Any]) -> None:
         _log(f"   {_brief(results[name])} ({time.perf_counter() - t:.0f}s)")
         return results[name]
 
-    phase("a_raw_single_insert", lambda: raw.single_inserts(db, n, secs, warm))
-    phase("c_raw_batch_insert",
-          lambda: raw.batched_inserts(db, n, secs, warm, batch=plan.batch_rows))
     try:
         server = serve(db)
     except Exception as exc:  # noqa: BLE001
         results["errors"]["serve"] = f"{type(exc).__name__}: {exc}"
         server = None
-    if server is not None:
-        with server:
-            b = phase("b_txmsg_send_commit", lambda: txmsg_load.pairs(server, n, secs, warm))
-            phase("d_txmsg_batch_send_commit",
-                  lambda: txmsg_load.pairs(server, n, secs, warm, messages=plan.batch_rows))
-            if b:
-                phase("e_commit_latency_half_peak",
-                      lambda: _paced_with_memory(server, n, 0.5 * b["per_second"],
-                                                 plan.paced_seconds))
+    throughput: dict[str, tuple[str, Callable[[], Any]]] = {
+        "a_raw_single_insert": ("per_second", lambda: raw.single_inserts(db, n, secs, warm)),
+        "b_txmsg_send_commit": ("per_second",
+                                lambda: txmsg_load.pairs(server, n, secs, warm)),
+        "c_raw_batch_insert": ("per_second", lambda: raw.batched_inserts(
+            db, n, secs, warm, batch=plan.batch_rows)),
+        "d_txmsg_batch_send_commit": ("messages_per_second", lambda: txmsg_load.pairs(
+            server, n, secs, warm, messages=plan.batch_rows)),
+    }
+    if server is None:
+        throughput = {k: v for k, v in throughput.items() if k.startswith(("a_", "c_"))}
+    try:
+        _throughput_rounds(plan, throughput, phase, results)
+        b = results.get("b_txmsg_send_commit")
+        if server is not None and b:
+            phase("e_commit_latency_half_peak",
+                  lambda: _paced_with_memory(server, n, 0.5 * b["per_second"],
+                                             plan.paced_seconds))
+    finally:
+        if server is not None:
+            server.stop()
     if plan.compare_gunicorn:
         phase("servers_granian_vs_gunicorn", lambda: _compare_servers(db, n, secs, warm))
     from bench import due_scan
@@ -160,7 +172,28 @@ def _phases(plan: Plan, db: str, results: dict[str, Any]) -> None:
     if importlib.util.find_spec("bench.ingest") is not None:
         from bench import ingest  # written by the ingestion side
 
-        phase("ingest", lambda: ingest.run(database_url=db, rows=plan.ingest_rows))
+        # it makes a database of its own on the same server
+        phase("ingest", lambda: ingest.run(database_url=admin, rows=plan.ingest_rows))
+
+
+def _throughput_rounds(plan: Plan, throughput: dict[str, tuple[str, Callable[[], Any]]],
+                       phase: Callable[[str, Callable[[], Any]], Any],
+                       results: dict[str, Any]) -> None:
+    """Interleaved rounds, each figure the median of its rounds: on a machine whose load
+    drifts (other work on it), a ratio is skewed less than by one long run of each."""
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in throughput}
+    for rnd in range(plan.rounds):
+        for name, (_, fn) in throughput.items():
+            label = f"{name} (round {rnd + 1}/{plan.rounds})"
+            if phase(label, fn) is not None:
+                runs[name].append(results.pop(label))
+    for name, (key, _) in throughput.items():
+        if runs[name]:
+            ordered = sorted(runs[name], key=lambda r, key=key: r[key])
+            results[name] = {**ordered[len(ordered) // 2], "rounds": [r[key] for r in runs[name]]}
+            # a failed round is reported in "rounds" by its absence, not as an error
+            results["errors"] = {k: v for k, v in results["errors"].items()
+                                 if not k.startswith(name)}
 
 
 def _paced_with_memory(server: Any, clients: int, rate: float, seconds: float) -> dict[str, Any]:

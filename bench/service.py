@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Self
 
-from bench.pgdb import clean_env, txmsg_command
+from bench.pgdb import clean_env, database_name, txmsg_command
 from bench.procs import tree
 
 
@@ -26,8 +26,9 @@ def free_port() -> int:
 class Server:
     """A server subprocess on 127.0.0.1; ``stop()`` ends it and whatever it started."""
 
-    def __init__(self, argv: list[str], env: dict[str, str], port: int, name: str) -> None:
-        self.port, self.name = port, name
+    def __init__(self, argv: list[str], env: dict[str, str], port: int, name: str,
+                 database: str | None = None) -> None:
+        self.port, self.name, self.database = port, name, database
         self.log = Path(tempfile.mkstemp(prefix=f"txmsg-bench-{name}-", suffix=".log")[1])
         self.proc = subprocess.Popen(argv, env=env, stdout=self.log.open("w"),
                                      stderr=subprocess.STDOUT, start_new_session=True)
@@ -92,7 +93,7 @@ def serve(database_url: str, **settings: object) -> Server:
                     **{f"TXMSG_{k.upper()}": str(v) for k, v in settings.items()})
     argv = [*txmsg_command(), "--log-level", "WARNING", "serve", "--no-checker", "--no-migrate",
             "--port", str(port)]
-    return Server(argv, env, port, "serve")
+    return Server(argv, env, port, "serve", database_name(database_url))
 
 
 def gunicorn_available() -> bool:
@@ -111,4 +112,4 @@ def gunicorn(database_url: str, workers: int, threads: int, **settings: object) 
     argv = [sys.executable, "-m", "gunicorn", "-k", "gthread", "-w", str(workers),
             "--threads", str(threads), "-b", f"127.0.0.1:{port}", "--backlog", "2048",
             "--keep-alive", "30", "--log-level", "warning", "app.web:app_from_env()"]
-    return Server(argv, env, port, "gunicorn")
+    return Server(argv, env, port, "gunicorn", database_name(database_url))

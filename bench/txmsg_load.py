@@ -32,7 +32,7 @@ def pairs(server: Server, clients: int, seconds: float, warmup: float,
     made: list[Producer] = []
     make = _producers(server, messages, made)
     result = closed_loop(clients, lambda i: make(i).pair, seconds, warmup,
-                         probe=CpuProbe(server.pid))
+                         probe=CpuProbe(server.pid, server.database))
     for p in made:
         p.close()
     result["messages_per_second"] = round(result["per_second"] * messages, 1)
@@ -47,7 +47,7 @@ def paced(server: Server, clients: int, rate: float, seconds: float) -> dict[str
     made: list[Producer] = []
     make = _producers(server, 1, made)
     result = open_loop(clients, lambda i: make(i).timed_pair, rate, seconds,
-                       probe=CpuProbe(server.pid))
+                       probe=CpuProbe(server.pid, server.database))
     for p in made:
         p.close()
     result["group_commit"] = _delta(before, batch_stats(server.get("/metrics")))

@@ -1,0 +1,83 @@
+"""`make bench` in its quick mode: every figure is produced (benchmarks measure; no
+assertion here is about speed)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from sqlalchemy import create_engine, text
+
+from tests.conftest import PG_ADMIN_URL
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.slow
+@pytest.mark.postgres
+def test_quick_bench_reports_every_figure(pg_database: str, tmp_path: Path) -> None:
+    # pg_database: PostgreSQL is reachable (else skipped, or failed in CI)
+    out = tmp_path / "results.json"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TXMSG_")}
+    env["TXMSG_BENCH_PG_URL"] = PG_ADMIN_URL
+    proc = subprocess.Popen([sys.executable, "-m", "bench.run", "--quick", "--out", str(out)],
+                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=280)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, stdout[-3000:] + stderr[-3000:]
+    r = json.loads(out.read_text())
+    assert r["errors"] == {}
+    m = r["machine"]
+    assert m["cores"] >= 1 and m["ram_bytes"] > 0 and m["cpu_model"]
+    assert m["postgresql"]["version"].startswith("PostgreSQL")
+
+    def positive(*path: str) -> float:
+        node = r
+        for key in path:
+            node = node[key]
+        assert isinstance(node, int | float) and node > 0, (path, node)
+        return node
+
+    positive("a_raw_single_insert", "per_second")
+    positive("b_txmsg_send_commit", "per_second")
+    positive("c_raw_batch_insert", "per_second")
+    positive("d_txmsg_batch_send_commit", "messages_per_second")
+    for key in ("a_raw_single_insert", "b_txmsg_send_commit", "c_raw_batch_insert",
+                "d_txmsg_batch_send_commit"):
+        assert r[key]["errors"] == 0, r[key]
+    # group commit really grouped: more requests than database transactions
+    batches = r["b_txmsg_send_commit"]["group_commit"]
+    assert sum(w["requests"] for w in batches.values()) > \
+        sum(w["transactions"] for w in batches.values()) > 0
+    e = r["e_commit_latency_half_peak"]
+    assert e["errors"] == 0 and e["ops"] > 0
+    assert 0 < e["commit_ms"]["p50"] <= e["commit_ms"]["p99"]
+    assert e["service_rss"]["samples"] > 1 and e["service_rss"]["baseline"] > 0
+    f = r["f_due_scan"]
+    assert f["pending_only"]["rows"] == f["with_resolved"]["rows"] == 200
+    assert f["pending_only"]["query"]
+    positive("f_due_scan", "ratio")
+    assert "ix_txn_due" in f["plan"]
+    c = r["checker_memory"]
+    assert c["large"]["checks_delivered"] > 0 and c["large"]["rss_peak"] > 0
+    assert c["reference"]["rss_peak"] > 0
+    for name in ("b_over_a", "d_over_c", "f_scan_ratio", "commit_p50_ms", "commit_p99_ms",
+                 "serve_rss_max_deviation", "checker_peak_rss_large_over_reference"):
+        assert r["ratios"][name] is not None, name
+    assert set(r["goals"]) >= {"b_over_a", "d_over_c", "f_scan_ratio", "commit_p99_ms"}
+    # the benchmark's own databases are gone
+    admin = create_engine(PG_ADMIN_URL)
+    with admin.connect() as conn:
+        left = conn.execute(text("SELECT count(*) FROM pg_database WHERE datname LIKE :p"),
+                            {"p": f"txmsg_bench_{proc.pid}_%"}).scalar_one()
+    admin.dispose()
+    assert left == 0
