@@ -179,7 +179,8 @@ def _schemas() -> dict[str, Schema]:
         "SentTransaction": _object({
             "transaction_id": _TRANSACTION_ID,
             "producer_group": _GROUP,
-            "state": {"const": State.PREPARED.value},
+            "state": {**_STATE, "description": "PREPARED when first sent (201); on a retried "
+                      "send (200), the state the transaction has now."},
             "created_at": _TIMESTAMP,
             "messages": {"type": "array", "items": _object(
                 {"message_id": _MESSAGE_ID, "topic": _TOPIC})},

@@ -125,12 +125,14 @@ def apply_sends(conn: Connection, cmds: Sequence[SendCmd]) -> list[SendResult | 
         elif key not in inserted:
             row = existing[key]
             out.append(_retried_send(cmd, row.fingerprint, row.created_at,
-                                     [(m.message_id, m.topic) for m in existing_messages[row.id]]))
+                                     [(m.message_id, m.topic) for m in existing_messages[row.id]],
+                                     State(row.state)))
         else:
             first = new_rows[first_of[key]]
             ids = [(m["message_id"], m["topic"]) for m in new_messages[first_of[key]]]
             if key in answered:  # the same id twice in one batch: the second is a retry
-                out.append(_retried_send(cmd, first["fingerprint"], first["created_at"], ids))
+                out.append(_retried_send(cmd, first["fingerprint"], first["created_at"], ids,
+                                         State.PREPARED))
             else:
                 answered.add(key)
                 out.append(SendResult(_send_body(cmd.group, cmd.transaction_id,
@@ -139,17 +141,20 @@ def apply_sends(conn: Connection, cmds: Sequence[SendCmd]) -> list[SendResult | 
 
 
 def _retried_send(cmd: SendCmd, fingerprint: str, created_at: datetime,
-                  ids: list[tuple[str, str]]) -> SendResult | ApiError:
+                  ids: list[tuple[str, str]], state: State) -> SendResult | ApiError:
+    """A send whose transaction id is taken: the same answer again (with the state it has
+    now), or a conflict if the messages differ."""
     if fingerprint != cmd.fingerprint:
         return Conflict(f"transaction {cmd.transaction_id!r} was already sent with "
                         "different messages", code="transaction_id_conflict")
-    return SendResult(_send_body(cmd.group, cmd.transaction_id, created_at, ids), created=False)
+    return SendResult(_send_body(cmd.group, cmd.transaction_id, created_at, ids, state),
+                      created=False)
 
 
 def _send_body(group: str, transaction_id: str, created_at: datetime,
-               ids: list[tuple[str, str]]) -> dict[str, Any]:
+               ids: list[tuple[str, str]], state: State = State.PREPARED) -> dict[str, Any]:
     return {"transaction_id": transaction_id, "producer_group": group,
-            "state": State.PREPARED.value, "created_at": created_at,
+            "state": state.value, "created_at": created_at,
             "messages": [{"message_id": i, "topic": t} for i, t in ids]}
 
 

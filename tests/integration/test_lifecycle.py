@@ -100,6 +100,8 @@ def test_retried_send_never_duplicates(client, app) -> None:  # type: ignore[no-
     after_commit = send(client, **body)
     assert after_commit.status_code == 200
     assert after_commit.json["messages"] == first.json["messages"]
+    assert after_commit.json["state"] == "COMMITTED"
+    assert after_commit.json["transaction_id"] == "order-42"
     counts = row_counts(app.extensions["txmsg"].engine)
     assert counts["txn"] == 1 and counts["half_message"] == 2
     other = send(client, transaction_id="order-42",
