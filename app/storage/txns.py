@@ -7,12 +7,15 @@ import functools
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
+import psycopg
+from psycopg import sql
 from sqlalchemy import (
     BigInteger,
     Connection,
     Row,
     Select,
     String,
+    Table,
     and_,
     any_,
     bindparam,
@@ -22,6 +25,7 @@ from sqlalchemy import (
     tuple_,
     update,
 )
+from sqlalchemy import exc as sa_exc
 from sqlalchemy.dialects import postgresql, sqlite
 
 from app.storage.schema import half_message, message_log, op_log, topic_offset, txn
@@ -166,8 +170,7 @@ def insert_new_txns(conn: Connection, rows: Sequence[Mapping[str, Any]]) -> dict
 
 
 def insert_messages(conn: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
-    if rows:
-        conn.execute(insert(half_message), list(rows))
+    _insert_rows(conn, half_message, rows)
 
 
 def _by_txn_ids(conn: Connection, stmt: Select, ids: list[int]) -> Any:
@@ -240,13 +243,43 @@ def reserve_offsets(conn: Connection, counts: Mapping[str, int]) -> dict[str, in
 
 
 def insert_message_log(conn: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
-    if rows:
-        conn.execute(insert(message_log), list(rows))
+    _insert_rows(conn, message_log, rows)
 
 
 def insert_ops(conn: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
-    if rows:
-        conn.execute(insert(op_log), list(rows))
+    _insert_rows(conn, op_log, rows)
+
+
+# Below this many rows an INSERT costs less than starting a COPY.
+_COPY_FROM_ROWS = 8
+
+
+def _insert_rows(conn: Connection, table: Table, rows: Sequence[Mapping[str, Any]]) -> None:
+    """Insert plain rows (no RETURNING), in the caller's transaction.
+
+    On PostgreSQL, many rows go in by COPY on the transaction's own connection: per
+    row it costs the client about half of an executemany (which runs one INSERT per row
+    in a pipeline). The values are the ones SQLAlchemy would bind (aware datetimes, bytes,
+    str, int, bool, None), which psycopg adapts the same way.
+    """
+    if not rows:
+        return
+    if not _pg(conn) or len(rows) < _COPY_FROM_ROWS:
+        conn.execute(insert(table), list(rows))
+        return
+    columns = list(rows[0])
+    statement = sql.SQL("COPY {} ({}) FROM STDIN").format(
+        sql.Identifier(table.name), sql.SQL(", ").join(map(sql.Identifier, columns)))
+    cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+    try:
+        with cursor.copy(statement) as copy:
+            for row in rows:
+                copy.write_row([row[c] for c in columns])
+    except psycopg.Error as exc:
+        raise sa_exc.DBAPIError.instance(str(statement), None, exc, psycopg.Error,
+                                         dialect=conn.dialect) from exc
+    finally:
+        cursor.close()
 
 
 _UPDATE_STATE = (
