@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from datetime import datetime
 
 import orjson
-from sqlalchemy import Connection, Row, delete, select
+from sqlalchemy import Connection, Row, String, any_, bindparam, delete, select
 from sqlalchemy.dialects import postgresql, sqlite
 
 from app.storage.schema import producer_group
@@ -36,12 +36,20 @@ def delete_group(conn: Connection, name: str) -> bool:
     return conn.execute(delete(producer_group).where(producer_group.c.name == name)).rowcount > 0
 
 
+# Checked by every batch of sends, so built once; PostgreSQL takes the names as one
+# array (one prepared plan whatever their number).
+_REGISTERED = select(producer_group.c.name).where(
+    producer_group.c.name.in_(bindparam("names", expanding=True)))
+_REGISTERED_PG = select(producer_group.c.name).where(
+    producer_group.c.name == any_(bindparam("names", type_=postgresql.ARRAY(String))))
+
+
 def registered(conn: Connection, names: Iterable[str]) -> set[str]:
     names = set(names)
     if not names:
         return set()
-    stmt = select(producer_group.c.name).where(producer_group.c.name.in_(names))
-    return set(conn.execute(stmt).scalars())
+    stmt = _REGISTERED_PG if conn.dialect.name == "postgresql" else _REGISTERED
+    return set(conn.execute(stmt, {"names": sorted(names)}).scalars())
 
 
 def check_urls(row: Row) -> list[str]:

@@ -162,11 +162,18 @@ def insert_new_txns(conn: Connection, rows: Sequence[Mapping[str, Any]]) -> dict
     """
     if not rows:
         return {}
-    dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
-    stmt = (dialect.insert(txn)
+    stmt = _insert_new_txns_stmt(_pg(conn))
+    return {(r.producer_group, r.transaction_id): r.id for r in conn.execute(stmt, list(rows))}
+
+
+# The hot path's statements are built once (per dialect): building one costs about as
+# much as executing it.
+@functools.cache
+def _insert_new_txns_stmt(pg: bool) -> Any:
+    dialect = postgresql if pg else sqlite
+    return (dialect.insert(txn)
             .on_conflict_do_nothing(index_elements=[txn.c.producer_group, txn.c.transaction_id])
             .returning(txn.c.id, txn.c.producer_group, txn.c.transaction_id))
-    return {(r.producer_group, r.transaction_id): r.id for r in conn.execute(stmt, list(rows))}
 
 
 def insert_messages(conn: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
@@ -230,16 +237,22 @@ def reserve_offsets(conn: Connection, counts: Mapping[str, int]) -> dict[str, in
     Topics are locked in sorted order so concurrent writers cannot deadlock.
     """
     firsts: dict[str, int] = {}
-    dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
+    stmt = _reserve_offsets_stmt(_pg(conn))
     for topic in sorted(counts):
         n = counts[topic]
-        stmt = dialect.insert(topic_offset).values(topic=topic, next_offset=n)
-        stmt = stmt.on_conflict_do_update(
-            index_elements=[topic_offset.c.topic],
-            set_={"next_offset": topic_offset.c.next_offset + stmt.excluded.next_offset},
-        ).returning(topic_offset.c.next_offset)
-        firsts[topic] = conn.execute(stmt).scalar_one() - n
+        firsts[topic] = conn.execute(stmt, {"r_topic": topic, "r_n": n}).scalar_one() - n
     return firsts
+
+
+@functools.cache
+def _reserve_offsets_stmt(pg: bool) -> Any:
+    dialect = postgresql if pg else sqlite
+    stmt = dialect.insert(topic_offset).values(topic=bindparam("r_topic"),
+                                               next_offset=bindparam("r_n"))
+    return stmt.on_conflict_do_update(
+        index_elements=[topic_offset.c.topic],
+        set_={"next_offset": topic_offset.c.next_offset + stmt.excluded.next_offset},
+    ).returning(topic_offset.c.next_offset)
 
 
 def insert_message_log(conn: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
@@ -254,6 +267,11 @@ def insert_ops(conn: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
 _COPY_FROM_ROWS = 8
 
 
+@functools.cache
+def _insert_stmt(table: Table) -> Any:
+    return insert(table)
+
+
 def _insert_rows(conn: Connection, table: Table, rows: Sequence[Mapping[str, Any]]) -> None:
     """Insert plain rows (no RETURNING), in the caller's transaction.
 
@@ -265,7 +283,7 @@ def _insert_rows(conn: Connection, table: Table, rows: Sequence[Mapping[str, Any
     if not rows:
         return
     if not _pg(conn) or len(rows) < _COPY_FROM_ROWS:
-        conn.execute(insert(table), list(rows))
+        conn.execute(_insert_stmt(table), list(rows))
         return
     columns = list(rows[0])
     statement = sql.SQL("COPY {} ({}) FROM STDIN").format(
