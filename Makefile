@@ -28,7 +28,7 @@ lint: $(VENV)/.installed
 	$(VENV)/bin/lint-imports
 
 bench: install
-	$(PY) -m bench.run
+	$(PY) -m bench.run --gunicorn
 
 clean:
 	rm -rf $(VENV) var bench/out
