@@ -53,31 +53,17 @@ def _drop(url: str) -> None:
 
 def single_inserts(url: str, clients: int, seconds: float, warmup: float) -> dict[str, Any]:
     """(a) one row per transaction: commits per second from ``clients`` threads."""
-    _prepare(url)
-    conns: list[psycopg.Connection] = []
-
-    def make_op(_i: int):  # type: ignore[no-untyped-def]
-        conn = psycopg.connect(libpq_url(url))
-        conns.append(conn)
-        cur = conn.cursor()
-
-        def op() -> int:
-            cur.execute(INSERT, _row(), prepare=True)
-            conn.commit()
-            return 1
-        return op
-
-    try:
-        return closed_loop(clients, make_op, seconds, warmup, probe=CpuProbe(None, database_name(url)))
-    finally:
-        for c in conns:
-            c.close()
-        _drop(url)
+    return _inserts(url, clients, seconds, warmup, batch=1)
 
 
 def batched_inserts(url: str, clients: int, seconds: float, warmup: float,
                     batch: int = 100) -> dict[str, Any]:
     """(c) ``batch`` rows per transaction (psycopg executemany, pipelined): rows per second."""
+    return _inserts(url, clients, seconds, warmup, batch=batch)
+
+
+def _inserts(url: str, clients: int, seconds: float, warmup: float,
+             batch: int) -> dict[str, Any]:
     _prepare(url)
     conns: list[psycopg.Connection] = []
 
@@ -87,18 +73,21 @@ def batched_inserts(url: str, clients: int, seconds: float, warmup: float,
         cur = conn.cursor()
 
         def op() -> int:
-            cur.executemany(INSERT, [_row() for _ in range(batch)])
+            if batch == 1:
+                cur.execute(INSERT, _row(), prepare=True)
+            else:
+                cur.executemany(INSERT, [_row() for _ in range(batch)])
             conn.commit()
             return batch
         return op
 
     try:
-        return closed_loop(clients, make_op, seconds, warmup, probe=CpuProbe(None, database_name(url)))
+        return closed_loop(clients, make_op, seconds, warmup,
+                           probe=CpuProbe(None, database_name(url)))
     finally:
         for c in conns:
             c.close()
         _drop(url)
-
 
 if __name__ == "__main__":  # a quick look: python -m bench.raw
     from bench.pgdb import bench_database
