@@ -190,7 +190,10 @@ def apply_finishes(conn: Connection, cmds: Sequence[FinishCmd]) -> list[FinishRe
          "created_at": now}
         for c, r in applied
     ])
-    txns.update_states(conn, [_state_change(c, r, now) for c, r in applied])
+    changes: dict[int, dict[str, Any]] = {}
+    for c, r in applied:  # a later command on the same row starts from the earlier one's result
+        changes[r.id] = _state_change(c, r, now, changes.get(r.id))
+    txns.update_states(conn, list(changes.values()))
     repeats = txns.committed_offsets(
         conn, [r.id for c, r, o, _ in decided if o is Outcome.REPEAT and c.op is Op.COMMIT])
 
@@ -207,7 +210,7 @@ def apply_finishes(conn: Connection, cmds: Sequence[FinishCmd]) -> list[FinishRe
             body: dict[str, Any] = {"transaction_id": cmd.transaction_id,
                                     "state": states.target(cmd.op).value}
             if cmd.op is Op.COMMIT:
-                offsets = published.get(row.id) if outcome is Outcome.APPLY else [
+                offsets = published[(row.id, cmd.op)] if outcome is Outcome.APPLY else [
                     {"message_id": m.message_id, "topic": m.topic, "offset": m.queue_offset}
                     for m in repeats[row.id]]
                 body["messages"] = offsets
@@ -218,17 +221,21 @@ def apply_finishes(conn: Connection, cmds: Sequence[FinishCmd]) -> list[FinishRe
 
 def _publish(conn: Connection, to_publish: list[tuple[FinishCmd, Any]],
              messages: dict[int, list[Any]], now: datetime
-             ) -> tuple[list[dict[str, Any]], dict[int, list[dict[str, Any]]]]:
-    """Append committed messages to their topics (and discarded ones to the discard topic)."""
+             ) -> tuple[list[dict[str, Any]], dict[tuple[int, Op], list[dict[str, Any]]]]:
+    """Append committed messages to their topics (and discarded ones to the discard topic).
+
+    The answer is keyed by (transaction, op): one batch may discard a transaction and then
+    commit it late, and each answer lists only its own entries.
+    """
     counts: Tally[str] = Tally()
     for cmd, row in to_publish:
         for m in messages[row.id]:
             counts[DISCARD_TOPIC if cmd.op is Op.DISCARD else m.topic] += 1
     next_offset = txns.reserve_offsets(conn, counts)
     log_rows: list[dict[str, Any]] = []
-    published: dict[int, list[dict[str, Any]]] = {}
+    published: dict[tuple[int, Op], list[dict[str, Any]]] = {}
     for cmd, row in to_publish:
-        answer = published.setdefault(row.id, [])
+        answer = published.setdefault((row.id, cmd.op), [])
         for m in messages[row.id]:
             topic = DISCARD_TOPIC if cmd.op is Op.DISCARD else m.topic
             offset = next_offset[topic]
@@ -246,9 +253,10 @@ def _publish(conn: Connection, to_publish: list[tuple[FinishCmd, Any]],
     return log_rows, published
 
 
-def _state_change(cmd: FinishCmd, row: Any, now: datetime) -> dict[str, Any]:
+def _state_change(cmd: FinishCmd, row: Any, now: datetime,
+                  earlier: dict[str, Any] | None = None) -> dict[str, Any]:
     target = states.target(cmd.op)
-    check_times = row.check_times
+    check_times = earlier["b_check_times"] if earlier else row.check_times
     if cmd.op is Op.DISCARD and cmd.check_times is not None:
         check_times = cmd.check_times
     elif cmd.op is Op.RESUME:
