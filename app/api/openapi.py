@@ -226,7 +226,9 @@ def _schemas() -> dict[str, Schema]:
             "next_offset": {**_OFFSET, "description": "The `from_offset` of the next page."},
         }),
         "TopicList": _object({"topics": {"type": "array", "items": _object(
-            {"topic": _TOPIC, "next_offset": _OFFSET})}}),
+            {"topic": _TOPIC, "next_offset": _OFFSET})},
+            "next_after": {"type": ["string", "null"],
+                           "description": "Cursor for the next page (`after`), null at the end."}}),
         "Message": _stored_message({
             "message_id": _MESSAGE_ID, "transaction_id": _TRANSACTION_ID,
             "producer_group": _GROUP, "state": _STATE, "topic": _TOPIC, "keys": _KEYS,
@@ -420,8 +422,9 @@ def _paths() -> dict[str, Any]:
                 finish_errors),
         },
         "/v1/topics": {
-            "get": _operation("listTopics", "topics", "Topics with their next offset",
-                              _ok("TopicList"), dict(_DB)),
+            "get": _operation("listTopics", "topics", "Topics with their next offset, by name",
+                              _ok("TopicList"), {"400": "invalid_query_parameter", **_DB},
+                              parameters=("after_topic", "limit")),
         },
         "/v1/topics/{topic}/messages": {
             "parameters": [{"$ref": "#/components/parameters/topic"}],
@@ -479,6 +482,9 @@ def _parameters() -> dict[str, Any]:
         "after": {"name": "after", "in": "query", "required": False,
                   "description": "Cursor: the previous page's `next_after`.",
                   "schema": {"type": "integer", "minimum": 0, "maximum": MAX_INT64}},
+        "after_topic": {"name": "after", "in": "query", "required": False,
+                        "description": "Cursor: the previous page's `next_after` (a topic name).",
+                        "schema": {"type": "string", "pattern": NAME_PATTERN}},
         "state": {"name": "state", "in": "query", "required": False,
                   "description": "Only transactions in this state.", "schema": _STATE},
     }

@@ -2,19 +2,24 @@
 
 from __future__ import annotations
 
-from flask import Blueprint, Response
+from flask import Blueprint, Response, request
 
 from app.api.http import int_arg, json_response, limit_arg, state
 from app.domain import reads
-from app.domain.names import check_message_id, check_readable_topic
+from app.domain.names import check_message_id, check_readable_topic, is_valid_name
+from app.errors import InvalidRequest
 
 bp = Blueprint("topics", __name__, url_prefix="/v1")
 
 
 @bp.get("/topics")
 def list_topics() -> Response:
-    """Every topic with a committed message, and its next offset."""
-    return json_response(reads.list_topics(state().engine))
+    """Topics with a committed message and their next offset, by name; ``after`` pages."""
+    after = request.args.get("after")
+    if after is not None and not is_valid_name(after):
+        raise InvalidRequest(f"query parameter after must be a topic name, got {after!r}",
+                             code="invalid_query_parameter", parameter="after")
+    return json_response(reads.list_topics(state().engine, after or "", limit_arg()))
 
 
 @bp.get("/topics/<topic>/messages")

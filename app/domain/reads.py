@@ -89,10 +89,11 @@ def read_topic(engine: Engine, topic: str, from_offset: int, limit: int) -> dict
 
 
 @wraps_db_errors
-def list_topics(engine: Engine) -> dict[str, Any]:
+def list_topics(engine: Engine, after: str, limit: int) -> dict[str, Any]:
     with engine.connect() as conn:
-        rows = txns.list_topics(conn)
-    return {"topics": [{"topic": r.topic, "next_offset": r.next_offset} for r in rows]}
+        rows = txns.list_topics(conn, after, limit)
+    return {"topics": [{"topic": r.topic, "next_offset": r.next_offset} for r in rows],
+            "next_after": rows[-1].topic if len(rows) == limit else None}
 
 
 @wraps_db_errors

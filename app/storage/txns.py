@@ -337,8 +337,10 @@ def read_topic(conn: Connection, topic: str, from_offset: int, limit: int) -> li
     return list(conn.execute(stmt))
 
 
-def list_topics(conn: Connection) -> list[Row]:
-    return list(conn.execute(select(topic_offset).order_by(topic_offset.c.topic)))
+def list_topics(conn: Connection, after: str, limit: int) -> list[Row]:
+    stmt = (select(topic_offset).where(topic_offset.c.topic > after)
+            .order_by(topic_offset.c.topic).limit(limit))
+    return list(conn.execute(stmt))
 
 
 def get_message(conn: Connection, message_id: str) -> Row | None:

@@ -117,8 +117,16 @@ def test_multi_topic_transaction_gets_offsets_per_topic(client) -> None:  # type
     assert [(m["topic"], m["offset"]) for m in committed["messages"]] == [
         ("a", 0), ("b", 0), ("a", 1)]
     assert [m["body"] for m in client.get("/v1/topics/a/messages").json["messages"]] == ["1", "3"]
-    topics = client.get("/v1/topics").json["topics"]
-    assert topics == [{"topic": "a", "next_offset": 2}, {"topic": "b", "next_offset": 1}]
+    topics = client.get("/v1/topics").json
+    assert topics == {"topics": [{"topic": "a", "next_offset": 2},
+                                 {"topic": "b", "next_offset": 1}], "next_after": None}
+    page = client.get("/v1/topics?limit=1").json
+    assert page == {"topics": [{"topic": "a", "next_offset": 2}], "next_after": "a"}
+    assert client.get("/v1/topics?limit=1&after=a").json["topics"] == [
+        {"topic": "b", "next_offset": 1}]
+    for bad in ("limit=0", "limit=1001", "limit=x", "after=no%20spaces"):
+        r = client.get(f"/v1/topics?{bad}")
+        assert r.status_code == 400 and r.json["code"] == "invalid_query_parameter"
 
 
 def test_paging_by_offset(client) -> None:  # type: ignore[no-untyped-def]
