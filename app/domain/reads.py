@@ -8,7 +8,6 @@ from typing import Any
 import orjson
 from sqlalchemy import Engine, Row
 
-from app.domain.names import DISCARD_TOPIC
 from app.domain.states import State
 from app.errors import InvalidRequest, NotFound
 from app.storage import txns
@@ -119,14 +118,3 @@ def count_half_messages(engine: Engine) -> int:
     with engine.connect() as conn:
         return txns.count_unresolved_messages(conn)
 
-
-__all__ = [
-    "DISCARD_TOPIC",
-    "body_fields",
-    "count_half_messages",
-    "get_message",
-    "get_transaction",
-    "list_topics",
-    "list_transactions",
-    "read_topic",
-]

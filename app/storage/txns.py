@@ -44,7 +44,6 @@ MESSAGE_COLUMNS = (
 )
 
 ID_COLUMNS = (half_message.c.txn_id, half_message.c.message_id, half_message.c.topic)
-PUBLISH_COLUMNS = (*ID_COLUMNS, half_message.c.id, half_message.c.properties)
 
 
 # On PostgreSQL, lookups of many rows take arrays (``= ANY(:ids)``, a join on
@@ -61,32 +60,25 @@ def _pg(conn: Connection) -> bool:
     return conn.dialect.name == "postgresql"
 
 
-@functools.cache
-def _find_txns_pg(lock: bool) -> Select:
-    stmt = (select(*TXN_COLUMNS)
-            .select_from(txn.join(_KEYS, and_(txn.c.producer_group == _KEYS.c.g,
-                                              txn.c.transaction_id == _KEYS.c.x)))
-            .order_by(txn.c.id))
-    return stmt.with_for_update(of=txn) if lock else stmt
+_FIND_TXNS_PG = (select(*TXN_COLUMNS)
+                 .select_from(txn.join(_KEYS, and_(txn.c.producer_group == _KEYS.c.g,
+                                                   txn.c.transaction_id == _KEYS.c.x)))
+                 .order_by(txn.c.id))
 
 
-def find_txns(conn: Connection, keys: Iterable[Key], *, lock: bool = False) -> dict[Key, Row]:
-    """Transactions by (group, transaction id); ``lock`` takes their row locks in id order."""
+def find_txns(conn: Connection, keys: Iterable[Key]) -> dict[Key, Row]:
+    """Transactions by (group, transaction id), without locking (``lock_txns`` locks)."""
     keys = sorted(set(keys))
     if not keys:
         return {}
     if _pg(conn):
-        rows = conn.execute(_find_txns_pg(lock), {"k_groups": [g for g, _ in keys],
-                                                  "k_ids": [t for _, t in keys]})
-        return {(r.producer_group, r.transaction_id): r for r in rows}
-    stmt = (
-        select(*TXN_COLUMNS)
-        .where(tuple_(txn.c.producer_group, txn.c.transaction_id).in_(keys))
-        .order_by(txn.c.id)
-    )
-    if lock:
-        stmt = stmt.with_for_update()
-    return {(r.producer_group, r.transaction_id): r for r in conn.execute(stmt)}
+        rows = conn.execute(_FIND_TXNS_PG, {"k_groups": [g for g, _ in keys],
+                                            "k_ids": [t for _, t in keys]})
+    else:
+        rows = conn.execute(select(*TXN_COLUMNS)
+                            .where(tuple_(txn.c.producer_group, txn.c.transaction_id).in_(keys))
+                            .order_by(txn.c.id))
+    return {(r.producer_group, r.transaction_id): r for r in rows}
 
 
 class Published(NamedTuple):
