@@ -77,13 +77,12 @@ def apply_sends(conn: Connection, cmds: Sequence[SendCmd]) -> list[SendResult | 
     retried send, or one racing in from another process) costs a lookup.
     """
     now = utcnow()
-    registered = groups.registered(conn, {c.group for c in cmds})
     new_rows: list[dict[str, Any]] = []
     new_messages: list[list[dict[str, Any]]] = []
     first_of: dict[tuple[str, str], int] = {}  # key -> index in new_rows
     for cmd in cmds:
         key = (cmd.group, cmd.transaction_id)
-        if cmd.group not in registered or key in first_of:
+        if key in first_of:
             continue
         first_of[key] = len(new_rows)
         new_rows.append({
@@ -101,29 +100,24 @@ def apply_sends(conn: Connection, cmds: Sequence[SendCmd]) -> list[SendResult | 
              "body": m.raw_body, "body_is_text": m.body_is_text, "created_at": now}
             for seq, m in enumerate(cmd.request.messages)
         ])
-    inserted = txns.insert_new_txns(conn, new_rows)
-    taken = [key for key in first_of if key not in inserted]
-    existing = txns.find_txns(conn, taken)
+    inserted = txns.store_sends(conn, new_rows, new_messages)
+    # the rare path: a key not stored is either taken (a retry) or its group unregistered
+    left = [key for key in first_of if key not in inserted]
+    registered = groups.registered(conn, {g for g, _ in left})
+    existing = txns.find_txns(conn, [k for k in left if k[0] in registered])
     existing_messages = txns.messages_of(conn, [r.id for r in existing.values()],
                                          columns=txns.ID_COLUMNS)
-    rows: list[dict[str, Any]] = []
-    for key, i in first_of.items():
-        if key in inserted:
-            for m in new_messages[i]:
-                m["txn_id"] = inserted[key]
-            rows.extend(new_messages[i])
-    txns.insert_messages(conn, rows)
 
     out: list[SendResult | ApiError] = []
     answered: set[tuple[str, str]] = set()
     for cmd in cmds:
         key = (cmd.group, cmd.transaction_id)
-        if cmd.group not in registered:
+        row = existing.get(key)
+        if key not in inserted and row is None:  # unregistered when the batch was stored
             out.append(UnregisteredProducerGroup(
                 f"producer group {cmd.group!r} has no check callback registration; "
                 f"PUT /v1/producer-groups/{cmd.group} first"))
         elif key not in inserted:
-            row = existing[key]
             out.append(_retried_send(cmd, row.fingerprint, row.created_at,
                                      [(m.message_id, m.topic) for m in existing_messages[row.id]],
                                      State(row.state)))
@@ -183,17 +177,15 @@ def apply_finishes(conn: Connection, cmds: Sequence[FinishCmd]) -> list[FinishRe
     applied = [(c, r) for c, r, o, _ in decided if o is Outcome.APPLY]
     to_publish = [(c, r) for c, r in applied if c.op in (Op.COMMIT, Op.DISCARD)]
     log_rows, published = _publish(conn, to_publish, messages, now)
-    txns.insert_message_log(conn, log_rows)
-    txns.insert_ops(conn, [
+    changes: dict[int, dict[str, Any]] = {}
+    for c, r in applied:  # a later command on the same row starts from the earlier one's result
+        changes[r.id] = _state_change(c, r, now, changes.get(r.id))
+    txns.record_finishes(conn, log_rows, [
         {"txn_id": r.id, "op": c.op.value, "source": c.source,
          "check_times": c.check_times if c.check_times is not None else r.check_times,
          "created_at": now}
         for c, r in applied
-    ])
-    changes: dict[int, dict[str, Any]] = {}
-    for c, r in applied:  # a later command on the same row starts from the earlier one's result
-        changes[r.id] = _state_change(c, r, now, changes.get(r.id))
-    txns.update_states(conn, list(changes.values()))
+    ], list(changes.values()))
     repeats = txns.committed_offsets(
         conn, [r.id for c, r, o, _ in decided if o is Outcome.REPEAT and c.op is Op.COMMIT])
 
@@ -256,15 +248,15 @@ def _publish(conn: Connection, to_publish: list[tuple[FinishCmd, Any]],
 def _state_change(cmd: FinishCmd, row: Any, now: datetime,
                   earlier: dict[str, Any] | None = None) -> dict[str, Any]:
     target = states.target(cmd.op)
-    check_times = earlier["b_check_times"] if earlier else row.check_times
+    check_times = earlier["check_times"] if earlier else row.check_times
     if cmd.op is Op.DISCARD and cmd.check_times is not None:
         check_times = cmd.check_times
     elif cmd.op is Op.RESUME:
         check_times = 0
-    return {"b_id": row.id, "b_state": target.value,
-            "b_resolved_at": now if target in states.RESOLVED else None,
-            "b_check_times": check_times,
-            "b_next_check_at": now if cmd.op is Op.RESUME else row.next_check_at}
+    return {"id": row.id, "state": target.value,
+            "resolved_at": now if target in states.RESOLVED else None,
+            "check_times": check_times,
+            "next_check_at": now if cmd.op is Op.RESUME else row.next_check_at}
 
 
 class Lifecycle:

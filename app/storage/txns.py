@@ -3,32 +3,46 @@ message_log, topic_offset). Every statement on these tables lives here."""
 
 from __future__ import annotations
 
+import base64
 import functools
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
-import psycopg
-from psycopg import sql
+import orjson
 from sqlalchemy import (
+    JSON,
     BigInteger,
+    Column,
     Connection,
+    LargeBinary,
     Row,
     Select,
     String,
     Table,
+    Text,
     and_,
     any_,
     bindparam,
+    cast,
+    column,
+    exists,
     func,
     insert,
     select,
     tuple_,
     update,
 )
-from sqlalchemy import exc as sa_exc
 from sqlalchemy.dialects import postgresql, sqlite
 
-from app.storage.schema import half_message, message_log, op_log, topic_offset, txn
+from app.storage.groups import registered
+from app.storage.schema import (
+    half_message,
+    message_log,
+    op_log,
+    producer_group,
+    topic_offset,
+    txn,
+)
 
 Key = tuple[str, str]  # (producer_group, transaction_id)
 
@@ -146,30 +160,108 @@ def list_txns(conn: Connection, group: str, state: str | None, after_id: int,
     return list(conn.execute(stmt.order_by(txn.c.id).limit(limit)))
 
 
-def insert_new_txns(conn: Connection, rows: Sequence[Mapping[str, Any]]) -> dict[Key, int]:
-    """Insert the transactions whose (group, transaction id) is free; their new ids.
+def store_sends(conn: Connection, rows: Sequence[Mapping[str, Any]],
+                messages: Sequence[Sequence[dict[str, Any]]]) -> dict[Key, int]:
+    """Insert new transactions (``rows``) with their messages (``messages[i]`` for
+    ``rows[i]``), each only if its producer group is registered and its (group,
+    transaction id) is free; the new transactions' ids by key.
 
-    An id already taken is skipped, not an error (ON CONFLICT DO NOTHING; a concurrent
-    insert of the same id is waited for): the caller looks those up.
+    A key left out is either unregistered or taken (a retried send, or an insert racing
+    in from another process, which is waited for by ON CONFLICT DO NOTHING): the caller
+    tells the two apart. On PostgreSQL the whole batch is one statement.
     """
     if not rows:
         return {}
-    stmt = _insert_new_txns_stmt(_pg(conn))
-    return {(r.producer_group, r.transaction_id): r.id for r in conn.execute(stmt, list(rows))}
+    if _pg(conn):
+        return _store_sends_pg(conn, rows, messages)
+
+    names = registered(conn, {r["producer_group"] for r in rows})
+    kept = [i for i, r in enumerate(rows) if r["producer_group"] in names]
+    if not kept:
+        return {}
+    result = conn.execute(_insert_new_txns_stmt(), [rows[i] for i in kept])
+    inserted = {(r.producer_group, r.transaction_id): r.id for r in result}
+    message_rows: list[dict[str, Any]] = []
+    for i in kept:
+        key = (rows[i]["producer_group"], rows[i]["transaction_id"])
+        if key in inserted:
+            message_rows.extend({**m, "txn_id": inserted[key]} for m in messages[i])
+    if message_rows:
+        conn.execute(_insert_stmt(half_message), message_rows)
+    return inserted
 
 
-# The hot path's statements are built once (per dialect): building one costs about as
-# much as executing it.
 @functools.cache
-def _insert_new_txns_stmt(pg: bool) -> Any:
-    dialect = postgresql if pg else sqlite
-    return (dialect.insert(txn)
+def _insert_new_txns_stmt() -> Any:
+    return (sqlite.insert(txn)
             .on_conflict_do_nothing(index_elements=[txn.c.producer_group, txn.c.transaction_id])
             .returning(txn.c.id, txn.c.producer_group, txn.c.transaction_id))
 
 
-def insert_messages(conn: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
-    _insert_rows(conn, half_message, rows)
+class _JsonRows:
+    """A batch of rows passed to PostgreSQL as one JSON parameter, read back with
+    ``json_to_recordset``: one statement text (parsed and planned once) serves every batch
+    size, and the batch is encoded by orjson in one call instead of one parameter per
+    value. Binary columns travel as base64."""
+
+    def __init__(self, alias: str, columns: Sequence[Column[Any]]) -> None:
+        self.alias = alias
+        self.names = [str(c.name) for c in columns]  # orjson takes no str subclass
+        self._binary = {c.name for c in columns if isinstance(c.type, LargeBinary)}
+        record = [column(c.name, Text if c.name in self._binary else c.type) for c in columns]
+        self.table = func.json_to_recordset(cast(bindparam(alias, type_=Text), JSON)) \
+            .table_valued(*record).render_derived(name=alias, with_types=True)
+
+    def col(self, name: str) -> Any:
+        c = self.table.c[name]
+        return func.decode(c, "base64") if name in self._binary else c
+
+    def param(self, rows: Iterable[Mapping[str, Any]]) -> dict[str, str]:
+        binary = self._binary
+        out = [{n: (base64.b64encode(r[n]).decode() if n in binary else r[n]) for n in self.names}
+               for r in rows]
+        return {self.alias: orjson.dumps(out).decode()}
+
+
+_SEND_TXN_COLUMNS = ("producer_group", "transaction_id", "state", "fingerprint",
+                     "message_count", "check_url", "check_immunity_seconds", "check_times",
+                     "next_check_at", "created_at")
+_SEND_MESSAGE_COLUMNS = ("message_id", "seq", "topic", "tag", "keys", "properties", "body",
+                         "body_is_text", "created_at")
+
+
+_SEND_TXNS = _JsonRows("t", [txn.c[n] for n in _SEND_TXN_COLUMNS])
+# each message row names its transaction by key; the INSERT of the transactions gives it
+# its id
+_SEND_MESSAGES = _JsonRows("m", [txn.c.producer_group, txn.c.transaction_id,
+                                 *(half_message.c[n] for n in _SEND_MESSAGE_COLUMNS)])
+
+
+@functools.cache
+def _store_sends_stmt() -> Select:
+    t, m = _SEND_TXNS, _SEND_MESSAGES
+    new = (postgresql.insert(txn)
+           .from_select(list(_SEND_TXN_COLUMNS), select(*(t.col(n) for n in _SEND_TXN_COLUMNS))
+                        .where(exists().where(producer_group.c.name == t.col("producer_group"))))
+           .on_conflict_do_nothing(index_elements=[txn.c.producer_group, txn.c.transaction_id])
+           .returning(txn.c.id, txn.c.producer_group, txn.c.transaction_id)
+           .cte("new"))
+    placed = (select(new.c.id, *(m.col(n) for n in _SEND_MESSAGE_COLUMNS))
+              .join_from(m.table, new,
+                         and_(new.c.producer_group == m.col("producer_group"),
+                              new.c.transaction_id == m.col("transaction_id"))))
+    stored = insert(half_message).from_select(["txn_id", *_SEND_MESSAGE_COLUMNS],
+                                              placed).cte("stored")
+    return select(new.c.id, new.c.producer_group, new.c.transaction_id).add_cte(stored)
+
+
+def _store_sends_pg(conn: Connection, rows: Sequence[Mapping[str, Any]],
+                    messages: Sequence[Sequence[dict[str, Any]]]) -> dict[Key, int]:
+    keyed = ({**m, "producer_group": r["producer_group"], "transaction_id": r["transaction_id"]}
+             for r, ms in zip(rows, messages, strict=True) for m in ms)
+    params = {**_SEND_TXNS.param(rows), **_SEND_MESSAGES.param(keyed)}
+    return {(r.producer_group, r.transaction_id): r.id
+            for r in conn.execute(_store_sends_stmt(), params)}
 
 
 def _by_txn_ids(conn: Connection, stmt: Select, ids: list[int]) -> Any:
@@ -247,69 +339,61 @@ def _reserve_offsets_stmt(pg: bool) -> Any:
     ).returning(topic_offset.c.next_offset)
 
 
-def insert_message_log(conn: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
-    _insert_rows(conn, message_log, rows)
-
-
-def insert_ops(conn: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
-    _insert_rows(conn, op_log, rows)
-
-
-# Below this many rows an INSERT costs less than starting a COPY.
-_COPY_FROM_ROWS = 8
-
-
 @functools.cache
 def _insert_stmt(table: Table) -> Any:
     return insert(table)
 
 
 def _insert_rows(conn: Connection, table: Table, rows: Sequence[Mapping[str, Any]]) -> None:
-    """Insert plain rows (no RETURNING), in the caller's transaction.
-
-    On PostgreSQL, many rows go in by COPY on the transaction's own connection: per
-    row it costs the client about half of an executemany (which runs one INSERT per row
-    in a pipeline). The values are the ones SQLAlchemy would bind (aware datetimes, bytes,
-    str, int, bool, None), which psycopg adapts the same way.
-    """
-    if not rows:
-        return
-    if not _pg(conn) or len(rows) < _COPY_FROM_ROWS:
+    if rows:
         conn.execute(_insert_stmt(table), list(rows))
-        return
-    columns = list(rows[0])
-    statement = sql.SQL("COPY {} ({}) FROM STDIN").format(
-        sql.Identifier(table.name), sql.SQL(", ").join(map(sql.Identifier, columns)))
-    cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
-    try:
-        with cursor.copy(statement) as copy:
-            for row in rows:
-                copy.write_row([row[c] for c in columns])
-    except psycopg.Error as exc:
-        raise sa_exc.DBAPIError.instance(str(statement), None, exc, psycopg.Error,
-                                         dialect=conn.dialect) from exc
-    finally:
-        cursor.close()
 
 
+_STATE_COLUMNS = ("id", "state", "resolved_at", "check_times", "next_check_at")
 _UPDATE_STATE = (
     update(txn)
     .where(txn.c.id == bindparam("b_id"))
-    .values(
-        state=bindparam("b_state"),
-        resolved_at=bindparam("b_resolved_at"),
-        check_times=bindparam("b_check_times"),
-        next_check_at=bindparam("b_next_check_at"),
-        lease_owner=None,
-        lease_until=None,
-    )
+    .values({**{n: bindparam(f"b_{n}") for n in _STATE_COLUMNS[1:]},
+             "lease_owner": None, "lease_until": None})
 )
 
 
-def update_states(conn: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
-    """Rows of b_id, b_state, b_resolved_at, b_check_times, b_next_check_at."""
-    if rows:
-        conn.execute(_UPDATE_STATE, list(rows))
+def record_finishes(conn: Connection, log_rows: Sequence[Mapping[str, Any]],
+                    op_rows: Sequence[Mapping[str, Any]],
+                    state_rows: Sequence[Mapping[str, Any]]) -> None:
+    """Write what a batch of finishes decided: committed log rows (message_log), op log
+    rows, and each transaction's new state (rows of id, state, resolved_at, check_times,
+    next_check_at; the lease is cleared). On PostgreSQL the three are one statement."""
+    if _pg(conn):
+        if state_rows:
+            conn.execute(_record_finishes_stmt(), {
+                **_FINISH_LOG.param(log_rows), **_FINISH_OPS.param(op_rows),
+                **_FINISH_STATES.param(state_rows)})
+        return
+    _insert_rows(conn, message_log, log_rows)
+    _insert_rows(conn, op_log, op_rows)
+    if state_rows:
+        conn.execute(_UPDATE_STATE, [{f"b_{k}": v for k, v in r.items()} for r in state_rows])
+
+
+_LOG_COLUMNS = ("topic", "queue_offset", "half_message_id", "properties", "committed_at")
+_OP_COLUMNS = ("txn_id", "op", "source", "check_times", "created_at")
+_FINISH_LOG = _JsonRows("l", [message_log.c[n] for n in _LOG_COLUMNS])
+_FINISH_OPS = _JsonRows("o", [op_log.c[n] for n in _OP_COLUMNS])
+_FINISH_STATES = _JsonRows("u", [txn.c[n] for n in _STATE_COLUMNS])
+
+
+@functools.cache
+def _record_finishes_stmt() -> Any:
+    logged = insert(message_log).from_select(
+        list(_LOG_COLUMNS), select(*(_FINISH_LOG.col(n) for n in _LOG_COLUMNS))).cte("logged")
+    opped = insert(op_log).from_select(
+        list(_OP_COLUMNS), select(*(_FINISH_OPS.col(n) for n in _OP_COLUMNS))).cte("opped")
+    u = _FINISH_STATES
+    return (update(txn).where(txn.c.id == u.col("id"))
+            .values({**{n: u.col(n) for n in _STATE_COLUMNS[1:]},
+                     "lease_owner": None, "lease_until": None})
+            .add_cte(logged, opped))
 
 
 def read_topic(conn: Connection, topic: str, from_offset: int, limit: int) -> list[Row]:

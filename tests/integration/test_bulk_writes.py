@@ -1,5 +1,5 @@
-"""Large batches through the write path (on PostgreSQL they take the bulk COPY route):
-every field comes back as it was sent, on both stores."""
+"""Large batches through the write path (on PostgreSQL each batch is one statement taking
+its rows as JSON): every field comes back as it was sent, on both stores."""
 
 from __future__ import annotations
 
