@@ -272,6 +272,7 @@ class Lifecycle:
         self.settings = settings
         self.send_writer: GroupCommitWriter[SendCmd] = GroupCommitWriter(
             engine, apply_sends, max_batch=settings.batch_max_size, name="txmsg-send-writer",
+            one_statement=txns.sends_are_one_statement(engine.dialect.name),
             on_batch=metrics.BATCH_SIZE.labels("send").observe)
         self.finish_writer: GroupCommitWriter[FinishCmd] = GroupCommitWriter(
             engine, apply_finishes, max_batch=settings.batch_max_size,

@@ -74,6 +74,11 @@ def _pg(conn: Connection) -> bool:
     return conn.dialect.name == "postgresql"
 
 
+def sends_are_one_statement(dialect_name: str) -> bool:
+    """Whether ``store_sends`` writes with one statement (then atomic without BEGIN)."""
+    return dialect_name == "postgresql"
+
+
 _FIND_TXNS_PG = (select(*TXN_COLUMNS)
                  .select_from(txn.join(_KEYS, and_(txn.c.producer_group == _KEYS.c.g,
                                                    txn.c.transaction_id == _KEYS.c.x)))

@@ -52,13 +52,18 @@ class GroupCommitWriter(Generic[T]):
     raised in the submitting thread (a per-request refusal does not abort the batch).
     If the batch's transaction fails as a whole, each item is retried alone, so one bad
     request (say a unique-key race with another process) cannot fail its neighbours.
+
+    ``one_statement``: ``apply`` writes with a single statement, atomic and durable by
+    itself, and only reads around it; it then runs without BEGIN and COMMIT, which saves
+    two round trips per batch.
     """
 
     def __init__(self, engine: Engine, apply: ApplyFn, *, max_batch: int = 512,
-                 name: str = "txmsg-writer",
+                 name: str = "txmsg-writer", one_statement: bool = False,
                  on_batch: Callable[[int], object] | None = None) -> None:
         self._engine = engine
         self._apply = apply
+        self._one_statement = one_statement
         self._max_batch = max_batch
         self._on_batch = on_batch  # told each committed batch's size (a metric)
         self._queue: queue.SimpleQueue[_Pending[T] | None] = queue.SimpleQueue()
@@ -131,14 +136,17 @@ class GroupCommitWriter(Generic[T]):
         while True:
             reused = self._conn is not None
             conn = self._connection()
-            trans = conn.begin()
+            trans = conn.begin()  # under one_statement, a no-op for the database
             try:
                 outcomes = self._apply(conn, items)
             except BaseException as exc:
                 self._release()  # never reuse a connection a batch failed on
                 # A kept connection can die while idle (a database restart) and nothing
                 # pings it: if it is lost before the commit, nothing of the batch was
-                # written, so the batch runs again on a fresh (pinged) connection.
+                # written, so the batch runs again on a fresh (pinged) connection. (Under
+                # one_statement the statement may have committed as the connection died:
+                # apply must then be idempotent, as sends are: a stored key answers as
+                # a retried send.)
                 if reused and getattr(exc, "connection_invalidated", False):
                     log.info("writer connection lost (%s); retrying the batch", exc)
                     continue
@@ -163,7 +171,10 @@ class GroupCommitWriter(Generic[T]):
         if self._conn is not None and time.monotonic() - self._last_used > _KEEP_IDLE_SECONDS:
             self._release()
         if self._conn is None:
-            self._conn = write_connection(self._engine)
+            conn = write_connection(self._engine)
+            if self._one_statement:
+                conn = conn.execution_options(isolation_level="AUTOCOMMIT")
+            self._conn = conn
         return self._conn
 
     def _release(self) -> None:
