@@ -176,16 +176,19 @@ def apply_finishes(conn: Connection, cmds: Sequence[FinishCmd]) -> list[FinishRe
 
     applied = [(c, r) for c, r, o, _ in decided if o is Outcome.APPLY]
     to_publish = [(c, r) for c, r in applied if c.op in (Op.COMMIT, Op.DISCARD)]
-    log_rows, published = _publish(conn, to_publish, messages, now)
+    counts, log_rows, placed = _publish(to_publish, messages, now)
     changes: dict[int, dict[str, Any]] = {}
     for c, r in applied:  # a later command on the same row starts from the earlier one's result
         changes[r.id] = _state_change(c, r, now, changes.get(r.id))
-    txns.record_finishes(conn, log_rows, [
+    first = txns.record_finishes(conn, counts, log_rows, [
         {"txn_id": r.id, "op": c.op.value, "source": c.source,
          "check_times": c.check_times if c.check_times is not None else r.check_times,
          "created_at": now}
         for c, r in applied
     ], list(changes.values()))
+    published: dict[tuple[int, Op], list[dict[str, Any]]] = {
+        key: [{"message_id": m, "topic": t, "offset": first[t] + rel} for m, t, rel in entries]
+        for key, entries in placed.items()}
     repeats = txns.committed_offsets(
         conn, [r.id for c, r, o, _ in decided if o is Outcome.REPEAT and c.op is Op.COMMIT])
 
@@ -211,27 +214,26 @@ def apply_finishes(conn: Connection, cmds: Sequence[FinishCmd]) -> list[FinishRe
     return out
 
 
-def _publish(conn: Connection, to_publish: list[tuple[FinishCmd, Any]],
-             messages: dict[int, list[Any]], now: datetime
-             ) -> tuple[list[dict[str, Any]], dict[tuple[int, Op], list[dict[str, Any]]]]:
-    """Append committed messages to their topics (and discarded ones to the discard topic).
+def _publish(to_publish: list[tuple[FinishCmd, Any]], messages: dict[int, list[Any]],
+             now: datetime) -> tuple[dict[str, int], list[dict[str, Any]],
+                                     dict[tuple[int, Op], list[tuple[str, str, int]]]]:
+    """Lay out the committed messages (and discarded ones, on the discard topic).
 
-    The answer is keyed by (transaction, op): one batch may discard a transaction and then
-    commit it late, and each answer lists only its own entries.
+    Each topic's messages of the batch take consecutive offsets, in order: a log row
+    carries its place ``rel`` in its topic's range, and the storage layer reserves the
+    ranges (``counts``) and gives back where each starts. Entries for the answers,
+    (message id, topic, rel), are keyed by (transaction, op): one batch may discard a
+    transaction and then commit it late, and each answer lists only its own.
     """
     counts: Tally[str] = Tally()
-    for cmd, row in to_publish:
-        for m in messages[row.id]:
-            counts[DISCARD_TOPIC if cmd.op is Op.DISCARD else m.topic] += 1
-    next_offset = txns.reserve_offsets(conn, counts)
     log_rows: list[dict[str, Any]] = []
-    published: dict[tuple[int, Op], list[dict[str, Any]]] = {}
+    placed: dict[tuple[int, Op], list[tuple[str, str, int]]] = {}
     for cmd, row in to_publish:
-        answer = published.setdefault((row.id, cmd.op), [])
+        entries = placed.setdefault((row.id, cmd.op), [])
         for m in messages[row.id]:
             topic = DISCARD_TOPIC if cmd.op is Op.DISCARD else m.topic
-            offset = next_offset[topic]
-            next_offset[topic] += 1
+            rel = counts[topic]
+            counts[topic] += 1
             properties = None
             if cmd.op is Op.DISCARD:
                 props = orjson.loads(m.properties)
@@ -239,10 +241,10 @@ def _publish(conn: Connection, to_publish: list[tuple[FinishCmd, Any]],
                              PRODUCER_GROUP=row.producer_group,
                              CHECK_TIMES=str(cmd.check_times or row.check_times))
                 properties = orjson.dumps(props).decode()
-            log_rows.append({"topic": topic, "queue_offset": offset, "half_message_id": m.id,
+            log_rows.append({"topic": topic, "rel": rel, "half_message_id": m.id,
                              "properties": properties, "committed_at": now})
-            answer.append({"message_id": m.message_id, "topic": topic, "offset": offset})
-    return log_rows, published
+            entries.append((m.message_id, topic, rel))
+    return dict(counts), log_rows, placed
 
 
 def _state_change(cmd: FinishCmd, row: Any, now: datetime,

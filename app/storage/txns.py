@@ -318,32 +318,6 @@ def committed_offsets(conn: Connection, txn_ids: Iterable[int]) -> dict[int, lis
     return out
 
 
-def reserve_offsets(conn: Connection, counts: Mapping[str, int]) -> dict[str, int]:
-    """Take ``counts[topic]`` consecutive offsets per topic; the first offset of each range.
-
-    The counter row stays locked until the caller's transaction ends, so a later range
-    of a topic can only commit after every earlier one: readers never see a gap.
-    Topics are locked in sorted order so concurrent writers cannot deadlock.
-    """
-    firsts: dict[str, int] = {}
-    stmt = _reserve_offsets_stmt(_pg(conn))
-    for topic in sorted(counts):
-        n = counts[topic]
-        firsts[topic] = conn.execute(stmt, {"r_topic": topic, "r_n": n}).scalar_one() - n
-    return firsts
-
-
-@functools.cache
-def _reserve_offsets_stmt(pg: bool) -> Any:
-    dialect = postgresql if pg else sqlite
-    stmt = dialect.insert(topic_offset).values(topic=bindparam("r_topic"),
-                                               next_offset=bindparam("r_n"))
-    return stmt.on_conflict_do_update(
-        index_elements=[topic_offset.c.topic],
-        set_={"next_offset": topic_offset.c.next_offset + stmt.excluded.next_offset},
-    ).returning(topic_offset.c.next_offset)
-
-
 @functools.cache
 def _insert_stmt(table: Table) -> Any:
     return insert(table)
@@ -363,42 +337,85 @@ _UPDATE_STATE = (
 )
 
 
-def record_finishes(conn: Connection, log_rows: Sequence[Mapping[str, Any]],
-                    op_rows: Sequence[Mapping[str, Any]],
-                    state_rows: Sequence[Mapping[str, Any]]) -> None:
-    """Write what a batch of finishes decided: committed log rows (message_log), op log
-    rows, and each transaction's new state (rows of id, state, resolved_at, check_times,
-    next_check_at; the lease is cleared). On PostgreSQL the three are one statement."""
+def record_finishes(conn: Connection, counts: Mapping[str, int],
+                    log_rows: Sequence[Mapping[str, Any]], op_rows: Sequence[Mapping[str, Any]],
+                    state_rows: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+    """Write what a batch of finishes decided, in the caller's transaction; the first
+    offset of each topic's range.
+
+    ``counts[topic]`` consecutive offsets are taken from each topic's counter, and each
+    committed log row (topic, rel, half_message_id, properties, committed_at) is stored at
+    offset first + rel. Then the op log rows, and each transaction's new state (rows of
+    id, state, resolved_at, check_times, next_check_at; the lease is cleared). On
+    PostgreSQL all of it is one statement.
+
+    A counter row stays locked until the transaction ends, so a later range of a topic
+    can only commit after every earlier one: readers never see a gap. Topics are locked
+    in sorted order, so concurrent writers cannot deadlock.
+    """
+    if not state_rows:
+        return {}
     if _pg(conn):
-        if state_rows:
-            conn.execute(_record_finishes_stmt(), {
-                **_FINISH_LOG.param(log_rows), **_FINISH_OPS.param(op_rows),
-                **_FINISH_STATES.param(state_rows)})
-        return
-    _insert_rows(conn, message_log, log_rows)
+        reserved = conn.execute(_record_finishes_stmt(), {
+            **_FINISH_RANGES.param({"topic": t, "n": n} for t, n in counts.items()),
+            **_FINISH_LOG.param({**r, "n": counts[r["topic"]]} for r in log_rows),
+            **_FINISH_OPS.param(op_rows), **_FINISH_STATES.param(state_rows)})
+        return {r.topic: r.next_offset - counts[r.topic] for r in reserved}
+    first: dict[str, int] = {}
+    for topic in sorted(counts):
+        n = counts[topic]
+        first[topic] = conn.execute(_reserve_offsets_stmt(), {"r_topic": topic,
+                                                              "r_n": n}).scalar_one() - n
+    _insert_rows(conn, message_log, [
+        {"topic": r["topic"], "queue_offset": first[r["topic"]] + r["rel"],
+         "half_message_id": r["half_message_id"], "properties": r["properties"],
+         "committed_at": r["committed_at"]} for r in log_rows])
     _insert_rows(conn, op_log, op_rows)
-    if state_rows:
-        conn.execute(_UPDATE_STATE, [{f"b_{k}": v for k, v in r.items()} for r in state_rows])
+    conn.execute(_UPDATE_STATE, [{f"b_{k}": v for k, v in r.items()} for r in state_rows])
+    return first
 
 
-_LOG_COLUMNS = ("topic", "queue_offset", "half_message_id", "properties", "committed_at")
+@functools.cache
+def _reserve_offsets_stmt() -> Any:
+    stmt = sqlite.insert(topic_offset).values(topic=bindparam("r_topic"),
+                                              next_offset=bindparam("r_n"))
+    return stmt.on_conflict_do_update(
+        index_elements=[topic_offset.c.topic],
+        set_={"next_offset": topic_offset.c.next_offset + stmt.excluded.next_offset},
+    ).returning(topic_offset.c.next_offset)
+
+
 _OP_COLUMNS = ("txn_id", "op", "source", "check_times", "created_at")
-_FINISH_LOG = _JsonRows("l", [message_log.c[n] for n in _LOG_COLUMNS])
+_FINISH_RANGES = _JsonRows("r", [topic_offset.c.topic, Column("n", BigInteger)])
+_FINISH_LOG = _JsonRows("l", [message_log.c.topic, Column("n", BigInteger),
+                              Column("rel", BigInteger), message_log.c.half_message_id,
+                              message_log.c.properties, message_log.c.committed_at])
 _FINISH_OPS = _JsonRows("o", [op_log.c[n] for n in _OP_COLUMNS])
 _FINISH_STATES = _JsonRows("u", [txn.c[n] for n in _STATE_COLUMNS])
 
 
 @functools.cache
 def _record_finishes_stmt() -> Any:
+    r, lg = _FINISH_RANGES, _FINISH_LOG
+    ranges = postgresql.insert(topic_offset).from_select(
+        ["topic", "next_offset"], select(r.col("topic"), r.col("n")).order_by(r.col("topic")))
+    reserved = ranges.on_conflict_do_update(
+        index_elements=[topic_offset.c.topic],
+        set_={"next_offset": topic_offset.c.next_offset + ranges.excluded.next_offset},
+    ).returning(topic_offset.c.topic, topic_offset.c.next_offset).cte("reserved")
     logged = insert(message_log).from_select(
-        list(_LOG_COLUMNS), select(*(_FINISH_LOG.col(n) for n in _LOG_COLUMNS))).cte("logged")
+        ["topic", "queue_offset", "half_message_id", "properties", "committed_at"],
+        select(lg.col("topic"), reserved.c.next_offset - lg.col("n") + lg.col("rel"),
+               lg.col("half_message_id"), lg.col("properties"), lg.col("committed_at"))
+        .join_from(lg.table, reserved, reserved.c.topic == lg.col("topic"))).cte("logged")
     opped = insert(op_log).from_select(
         list(_OP_COLUMNS), select(*(_FINISH_OPS.col(n) for n in _OP_COLUMNS))).cte("opped")
     u = _FINISH_STATES
-    return (update(txn).where(txn.c.id == u.col("id"))
-            .values({**{n: u.col(n) for n in _STATE_COLUMNS[1:]},
-                     "lease_owner": None, "lease_until": None})
-            .add_cte(logged, opped))
+    changed = (update(txn).where(txn.c.id == u.col("id"))
+               .values({**{n: u.col(n) for n in _STATE_COLUMNS[1:]},
+                        "lease_owner": None, "lease_until": None})
+               .cte("changed"))
+    return select(reserved.c.topic, reserved.c.next_offset).add_cte(logged, opped, changed)
 
 
 def read_topic(conn: Connection, topic: str, from_offset: int, limit: int) -> list[Row]:
