@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import http.client
+import socket
 import time
 from typing import Any
 
@@ -15,36 +16,71 @@ _JSON = {"Content-Type": "application/json"}
 
 
 class Producer:
-    """One client: one keep-alive connection, requests pre-encoded as bytes."""
+    """One client: one keep-alive connection, requests pre-encoded as bytes.
+
+    HTTP/1.1 is spoken on a plain socket (requests written whole, responses read by
+    Content-Length): http.client cost the load generator about 0.3 ms of CPU per send +
+    commit pair, this about 0.09 ms, which leaves the service on the same two cores
+    that much more of the machine.
+    """
 
     def __init__(self, port: int, name: str, messages: int = 1) -> None:
         self.port, self.name = port, name
         self._seq = 0
-        self._conn = self._connect()
+        self._buf = b""
+        self._sock = self._connect()
         payload = orjson.dumps({"transaction_id": "\0", "messages": [
             {"topic": TOPIC, "body": BODY_TEXT} for _ in range(messages)]})
         self._head, self._tail = payload.split(b"\\u0000", 1)
         self._send_path = f"/v1/producer-groups/{GROUP}/transactions"
 
-    def _connect(self) -> http.client.HTTPConnection:
-        return http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
+    def _connect(self) -> socket.socket:
+        sock = socket.create_connection(("127.0.0.1", self.port), timeout=60)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._buf = b""
+        return sock
 
     def _post(self, path: str, body: bytes | None, expect: int) -> bytes:
+        body = body or b""
+        request = (f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                   f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+                   ).encode() + body
         for attempt in (0, 1):
             try:
-                self._conn.request("POST", path, body=body, headers=_JSON)
-                resp = self._conn.getresponse()
-                data = resp.read()
+                self._sock.sendall(request)
+                status, data = self._response()
                 break
-            except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
+            except (ConnectionError, BrokenPipeError):
                 # the server closed an idle keep-alive connection: reconnect once
-                self._conn.close()
-                self._conn = self._connect()
+                self._sock.close()
+                self._sock = self._connect()
                 if attempt:
                     raise
-        if resp.status != expect:
-            raise RuntimeError(f"POST {path}: {resp.status} {data[:300]!r}")
+        if status != expect:
+            raise RuntimeError(f"POST {path}: {status} {data[:300]!r}")
         return data
+
+    def _response(self) -> tuple[int, bytes]:
+        buf = self._buf
+        while (end := buf.find(b"\r\n\r\n")) < 0:
+            buf += self._recv()
+        head = buf[:end].lower()
+        at = head.find(b"\r\ncontent-length:")
+        if at < 0:
+            raise RuntimeError(f"no Content-Length in response: {head[:300]!r}")
+        line_end = head.find(b"\r\n", at + 2)
+        length = int(head[at + 17:line_end if line_end > 0 else len(head)])
+        total = end + 4 + length
+        while len(buf) < total:
+            buf += self._recv()
+        self._buf = buf[total:]
+        return int(head[9:12]), buf[end + 4:total]
+
+    def _recv(self) -> bytes:
+        chunk = self._sock.recv(65536)
+        if not chunk:
+            raise ConnectionResetError("the server closed the connection")
+        return chunk
 
     def next_id(self) -> str:
         self._seq += 1
@@ -72,7 +108,7 @@ class Producer:
         return {"send": t1 - t0, "commit": t2 - t1}
 
     def close(self) -> None:
-        self._conn.close()
+        self._sock.close()
 
 
 def register(port: int) -> None:

@@ -206,7 +206,8 @@ def _paced_with_memory(server: Any, clients: int, rate: float, seconds: float) -
 
 
 def _compare_servers(db: str, clients: int, seconds: float, warmup: float) -> dict[str, Any]:
-    """(b) on Granian (as ``txmsg serve`` runs it) and on gunicorn gthread, same app."""
+    """(b) on Granian (as ``txmsg serve`` runs it, and with two workers) and on gunicorn
+    gthread, same app."""
     if not gunicorn_available():
         raise RuntimeError("gunicorn is not installed (pip install gunicorn)")
     from app.config import Settings
@@ -215,6 +216,8 @@ def _compare_servers(db: str, clients: int, seconds: float, warmup: float) -> di
     out: dict[str, Any] = {}
     with serve(db) as server:
         out["granian"] = txmsg_load.pairs(server, clients, seconds, warmup)
+    with serve(db, web_workers=2, web_threads=s.web_threads // 2) as server:
+        out[f"granian_2x{s.web_threads // 2}"] = txmsg_load.pairs(server, clients, seconds, warmup)
     for workers, threads in ((s.web_workers, s.web_threads), (2, s.web_threads // 2)):
         with gunicorn(db, workers, threads) as server:
             out[f"gunicorn_gthread_{workers}x{threads}"] = txmsg_load.pairs(
