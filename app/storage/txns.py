@@ -191,8 +191,7 @@ def store_sends(conn: Connection, rows: Sequence[Mapping[str, Any]],
         key = (rows[i]["producer_group"], rows[i]["transaction_id"])
         if key in inserted:
             message_rows.extend({**m, "txn_id": inserted[key]} for m in messages[i])
-    if message_rows:
-        conn.execute(_insert_stmt(half_message), message_rows)
+    _insert_rows(conn, half_message, message_rows)
     return inserted
 
 
