@@ -14,8 +14,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from sqlalchemy import Connection, Engine
@@ -39,10 +38,36 @@ class WriterStats:
     fallbacks: int = 0
 
 
-@dataclass
 class _Pending(Generic[T]):
-    item: T
-    future: Future = field(default_factory=Future)
+    """One submitted item and its answer, handed over on a lock held until it is set.
+
+    Lighter than a ``concurrent.futures.Future``: the waiting thread wakes once, when the
+    writer releases the lock, instead of waking on a condition and then competing for
+    the condition's own lock with the writer that is still setting the other answers.
+    """
+
+    __slots__ = ("_done", "_error", "_value", "item")
+
+    def __init__(self, item: T) -> None:
+        self.item = item
+        self._value: Any = None
+        self._error: BaseException | None = None
+        self._done = threading.Lock()
+        self._done.acquire()
+
+    def set_result(self, value: Any) -> None:
+        self._value = value
+        self._done.release()
+
+    def set_exception(self, error: BaseException) -> None:
+        self._error = error
+        self._done.release()
+
+    def result(self) -> Any:
+        self._done.acquire()
+        if self._error is not None:
+            raise self._error
+        return self._value
 
 
 class GroupCommitWriter(Generic[T]):
@@ -76,7 +101,7 @@ class GroupCommitWriter(Generic[T]):
     def submit(self, item: T) -> Any:
         pending: _Pending[T] = _Pending(item)
         self._queue.put(pending)
-        return pending.future.result()
+        return pending.result()
 
     def close(self) -> None:
         self._queue.put(None)
@@ -118,18 +143,18 @@ class GroupCommitWriter(Generic[T]):
                 if _is_connectivity(exc) else exc
             )
             for pending in batch:
-                pending.future.set_exception(error)
+                pending.set_exception(error)
             return
         except BaseException as exc:  # a bug in apply: report it to every waiter, keep serving
             log.exception("group commit batch failed")
             for pending in batch:
-                pending.future.set_exception(exc)
+                pending.set_exception(exc)
             return
         for pending, outcome in zip(batch, outcomes, strict=True):
             if isinstance(outcome, ApiError):
-                pending.future.set_exception(outcome)
+                pending.set_exception(outcome)
             else:
-                pending.future.set_result(outcome)
+                pending.set_result(outcome)
 
     def _transact(self, batch: list[_Pending[T]]) -> list[Any]:
         items = [p.item for p in batch]
