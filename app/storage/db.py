@@ -39,7 +39,12 @@ def make_engine(settings: Settings, *, pool: bool = True) -> Engine:
         return engine
     if url.get_backend_name() == "postgresql" and url.get_driver_name() in ("", "psycopg2"):
         url = url.set(drivername="postgresql+psycopg")
-    options = f"-c statement_timeout={settings.db_statement_timeout_ms}"
+    # plan_cache_mode: statements prepared by psycopg are planned for their parameters each
+    # time. A generic plan, made once while a table was small, keeps its scan of the whole
+    # table as the table grows (nothing replans it until an ANALYZE): measured, a batch of
+    # commits took 8 ms instead of 0.7 at 28k transactions. Planning costs ~0.2 ms a batch.
+    options = (f"-c statement_timeout={settings.db_statement_timeout_ms}"
+               " -c plan_cache_mode=force_custom_plan")
     kwargs: dict = {}
     if pool:
         kwargs.update(

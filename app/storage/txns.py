@@ -358,7 +358,8 @@ def record_finishes(conn: Connection, counts: Mapping[str, int],
         reserved = conn.execute(_record_finishes_stmt(), {
             **_FINISH_RANGES.param({"topic": t, "n": n} for t, n in counts.items()),
             **_FINISH_LOG.param({**r, "n": counts[r["topic"]]} for r in log_rows),
-            **_FINISH_OPS.param(op_rows), **_FINISH_STATES.param(state_rows)})
+            **_FINISH_OPS.param(op_rows), **_FINISH_STATES.param(state_rows),
+            "txn_ids": [r["id"] for r in state_rows]})
         return {r.topic: r.next_offset - counts[r.topic] for r in reserved}
     first: dict[str, int] = {}
     for topic in sorted(counts):
@@ -410,7 +411,9 @@ def _record_finishes_stmt() -> Any:
     opped = insert(op_log).from_select(
         list(_OP_COLUMNS), select(*(_FINISH_OPS.col(n) for n in _OP_COLUMNS))).cte("opped")
     u = _FINISH_STATES
-    changed = (update(txn).where(txn.c.id == u.col("id"))
+    # the ids again as an array, to the planner: it then reaches the rows by the primary
+    # key, where json_to_recordset's fixed estimate (100 rows) made it scan a small table
+    changed = (update(txn).where(txn.c.id == u.col("id"), txn.c.id == any_(_TXN_IDS))
                .values({**{n: u.col(n) for n in _STATE_COLUMNS[1:]},
                         "lease_owner": None, "lease_until": None})
                .cte("changed"))
