@@ -31,6 +31,8 @@ class Settings(BaseSettings):
     # web server
     web_workers: int = Field(1, ge=1)
     web_threads: int = Field(64, ge=1)
+    # send and commit/rollback dispatched ahead of Flask (app/api/hot.py)
+    web_hot_routes: bool = True
 
     # check service
     checker_batch_size: int = Field(200, ge=1)

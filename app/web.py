@@ -8,6 +8,7 @@ from flask import Flask
 from sqlalchemy import Engine
 
 from app.api import groups, health, topics, transactions
+from app.api.hot import HotRoutes
 from app.api.http import register_error_handlers
 from app.config import Settings
 from app.domain.lifecycle import Lifecycle
@@ -35,6 +36,8 @@ def create_app(settings: Settings | None = None, *, engine: Engine | None = None
     register_error_handlers(app)
     for bp in (groups.bp, transactions.bp, topics.bp, health.bp):
         app.register_blueprint(bp)
+    if settings.web_hot_routes:
+        app.wsgi_app = HotRoutes(app, app.wsgi_app)  # type: ignore[method-assign]
     return app
 
 

@@ -53,8 +53,9 @@ class Server:
             except OSError:
                 pass
             time.sleep(0.2)
+        output = self.log.read_text()[-4000:]
         self.stop()
-        raise RuntimeError(f"{self.name} did not become ready: {self.log.read_text()[-4000:]}")
+        raise RuntimeError(f"{self.name} did not become ready: {output}")
 
     def get(self, path: str) -> bytes:
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)

@@ -12,26 +12,33 @@ from werkzeug.exceptions import HTTPException
 from app.errors import ApiError, InvalidRequest
 
 PROBLEM_TYPE = "urn:txmsg:problem:"
+PROBLEM_MEDIA_TYPE = "application/problem+json"
 _ORJSON_OPTIONS = orjson.OPT_UTC_Z | orjson.OPT_NAIVE_UTC
 # plain decimal digits only (int() would also take "1_0", " 7" or other scripts' digits)
 _INT_RE = re.compile(r"-?[0-9]{1,19}")
 MAX_INT64 = 2**63 - 1  # a larger offset or cursor overflows the database's integers
 
 
+def dump_json(body: Any) -> bytes:
+    return orjson.dumps(body, option=_ORJSON_OPTIONS)
+
+
 def json_response(body: Any, status: int = 200) -> Response:
-    return Response(orjson.dumps(body, option=_ORJSON_OPTIONS), status=status,
-                    mimetype="application/json")
+    return Response(dump_json(body), status=status, mimetype="application/json")
 
 
-def json_body() -> Any:
-    """The request body as JSON, whatever the Content-Type says."""
-    raw = request.get_data(cache=False)
+def parse_json(raw: bytes) -> Any:
+    """A request body as JSON, whatever the Content-Type says."""
     if not raw:
         raise InvalidRequest("the request needs a JSON body", code="invalid_json")
     try:
         return orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         raise InvalidRequest(f"the body is not valid JSON: {exc}", code="invalid_json") from None
+
+
+def json_body() -> Any:
+    return parse_json(request.get_data(cache=False))
 
 
 def int_arg(name: str, default: int, lo: int, hi: int = MAX_INT64) -> int:
@@ -54,10 +61,27 @@ def state() -> Any:
     return current_app.extensions["txmsg"]
 
 
+def problem_document(status: int, code: str, title: str, detail: str, instance: str,
+                     **extra: Any) -> bytes:
+    """An RFC 9457 problem+json body (``PROBLEM_MEDIA_TYPE``)."""
+    return orjson.dumps({"type": PROBLEM_TYPE + code, "title": title, "status": status,
+                         "detail": detail, "code": code, "instance": instance, **extra})
+
+
+def api_problem(exc: ApiError, instance: str) -> bytes:
+    return problem_document(exc.status, exc.code, exc.title, exc.detail, instance, **exc.extra)
+
+
+def http_problem(exc: HTTPException, instance: str) -> tuple[int, bytes]:
+    """A werkzeug HTTP error (404 route, 405, 413, 500 ...) as problem+json."""
+    status = exc.code or 500
+    return status, problem_document(status, _HTTP_CODES.get(status, f"http_{status}"),
+                                    exc.name, exc.description or exc.name, instance)
+
+
 def problem(status: int, code: str, title: str, detail: str, **extra: Any) -> Response:
-    body = {"type": PROBLEM_TYPE + code, "title": title, "status": status, "detail": detail,
-            "code": code, "instance": request.path, **extra}
-    return Response(orjson.dumps(body), status=status, mimetype="application/problem+json")
+    return Response(problem_document(status, code, title, detail, request.path, **extra),
+                    status=status, mimetype=PROBLEM_MEDIA_TYPE)
 
 
 _HTTP_CODES = {404: "route_not_found", 405: "method_not_allowed", 413: "payload_too_large",
@@ -67,13 +91,13 @@ _HTTP_CODES = {404: "route_not_found", 405: "method_not_allowed", 413: "payload_
 def register_error_handlers(app: Flask) -> None:
     @app.errorhandler(ApiError)
     def _api_error(exc: ApiError) -> Response:
-        return problem(exc.status, exc.code, exc.title, exc.detail, **exc.extra)
+        return Response(api_problem(exc, request.path), status=exc.status,
+                        mimetype=PROBLEM_MEDIA_TYPE)
 
     @app.errorhandler(HTTPException)
     def _http_error(exc: HTTPException) -> Response:
-        status = exc.code or 500
-        response = problem(status, _HTTP_CODES.get(status, f"http_{status}"),
-                           exc.name, exc.description or exc.name)
+        status, body = http_problem(exc, request.path)
+        response = Response(body, status=status, mimetype=PROBLEM_MEDIA_TYPE)
         if status == 405 and exc.get_response().headers.get("Allow"):
             response.headers["Allow"] = exc.get_response().headers["Allow"]
         return response

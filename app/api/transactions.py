@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from flask import Blueprint, Response, request
 
-from app.api.http import int_arg, json_body, json_response, limit_arg, state
+from app.api.http import int_arg, json_response, limit_arg, parse_json, state
 from app.domain import reads
+from app.domain.lifecycle import Lifecycle
 from app.domain.messages import parse_transaction
 from app.domain.names import check_group_name, check_transaction_id
 from app.domain.states import Op
@@ -13,20 +16,33 @@ from app.domain.states import Op
 bp = Blueprint("transactions", __name__, url_prefix="/v1/producer-groups/<group>/transactions")
 
 
+def send_transaction(lifecycle: Lifecycle, group: str, raw: bytes) -> tuple[dict[str, Any], int]:
+    """Store the half messages of a transaction (201), or repeat a retried send (200).
+
+    Shared by the Flask route and the hot-route dispatcher (``app.api.hot``).
+    """
+    check_group_name(group)
+    txn = parse_transaction(parse_json(raw), max_body_bytes=lifecycle.settings.max_body_bytes)
+    result = lifecycle.send(group, txn)
+    return result.body, 201 if result.created else 200
+
+
+def finish_transaction(lifecycle: Lifecycle, group: str, transaction_id: str,
+                       op: Op) -> dict[str, Any]:
+    """Commit, roll back or resume checks: the answer's body (always 200)."""
+    check_group_name(group)
+    check_transaction_id(transaction_id)
+    return lifecycle.finish(group, transaction_id, op).body
+
+
 @bp.post("")
 def send(group: str) -> Response:
-    """Store the half messages of a transaction (201), or repeat a retried send (200)."""
-    check_group_name(group)
-    st = state()
-    txn = parse_transaction(json_body(), max_body_bytes=st.settings.max_body_bytes)
-    result = st.lifecycle.send(group, txn)
-    return json_response(result.body, 201 if result.created else 200)
+    return json_response(*send_transaction(state().lifecycle, group,
+                                           request.get_data(cache=False)))
 
 
 def _finish(group: str, transaction_id: str, op: Op) -> Response:
-    check_group_name(group)
-    check_transaction_id(transaction_id)
-    return json_response(state().lifecycle.finish(group, transaction_id, op).body)
+    return json_response(finish_transaction(state().lifecycle, group, transaction_id, op))
 
 
 @bp.post("/<transaction_id>/commit")
