@@ -85,9 +85,11 @@ class HotRoutes:
         if match is None or not path.isascii():
             return None
         if match.group(3) is None:  # a send: only a body Flask would read the same way
-            if environ.get("HTTP_TRANSFER_ENCODING") or environ.get("wsgi.input_terminated"):
-                return None
-            length = environ.get("CONTENT_LENGTH") or "0"  # none: an empty body
+            length = environ.get("CONTENT_LENGTH")
+            if environ.get("HTTP_TRANSFER_ENCODING") or (
+                    not length and environ.get("wsgi.input_terminated")):
+                return None  # a body read to its end (chunked): werkzeug's way
+            length = length or "0"  # none, from a server that does not terminate: empty
             limit = self._app.config["MAX_CONTENT_LENGTH"]
             if not length.isdigit() or (limit is not None and int(length) > limit):
                 return None
