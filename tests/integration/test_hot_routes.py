@@ -22,8 +22,8 @@ from app.web import create_app
 from tests.conftest import make_settings
 from tests.integration import test_bad_input
 
-TAGS = ("AAON", "AAOF")
-_SERVER_ID = re.compile(r"[0-9A-F]{32}")  # a transaction id the server chose  # the same length, so that both apps' answers line up
+TAGS = ("AAON", "AAOF")  # the same length, so that both apps' answers line up
+_SERVER_ID = re.compile(r"[0-9A-F]{32}")  # a transaction id the server chose
 
 
 class Answer(NamedTuple):
