@@ -11,8 +11,8 @@ and (b) from about 1,250 to 1,600 pairs/s.
 ``HotRoutes`` matches those three routes itself and calls the very handlers the
 Flask routes call (``send_transaction``, ``finish_transaction``), with the same error
 rendering. Anything it does not serve exactly like Flask (another method or path, a
-body without a plain Content-Length, one over the limit, a non-ASCII path, a script
-root) goes to Flask untouched, before a byte of the body is read.
+chunked body, one over the limit, a non-ASCII path, a script root) goes to Flask
+untouched, before a byte of the body is read.
 
 Turned off with ``TXMSG_WEB_HOT_ROUTES=false``; the tests compare both ways answer for
 answer.
