@@ -154,8 +154,8 @@ def test_the_lifecycle_answers_match_and_skip_flask(sides: tuple[Side, Side]) ->
 
 @pytest.mark.parametrize("case", [c for c in test_bad_input.CASES
                                   if c.values[0].method == "POST"])
-def test_refusals_match(sides: tuple[Side, Side], case: Any) -> None:
-    c = case.values[0] if hasattr(case, "values") else case
+def test_refusals_match(sides: tuple[Side, Side], case: test_bad_input.Case) -> None:
+    c = case
     for side in sides:  # as test_bad_input's ``seeded``
         for txid in ("t-open", "t-rolled"):
             assert side.call("POST", SEND, json={"transaction_id": txid,
