@@ -71,9 +71,9 @@ def serve(host: str, port: int, no_checker: bool, no_migrate: bool, workers: int
                f"{'' if no_checker else ' with the check service'}", err=True)
     try:
         Granian(
-            "app.web:app_from_env", factory=True, address=host, port=port,
-            interface=Interfaces.WSGI, workers=workers or settings.web_workers,
-            blocking_threads=settings.web_threads, backlog=2048, log_access=False,
+            "app.web:asgi_from_env", factory=True, address=host, port=port,
+            interface=Interfaces.ASGI, workers=workers or settings.web_workers,
+            backlog=2048, log_access=False,
         ).serve()
     finally:
         if service is not None:

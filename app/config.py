@@ -30,8 +30,9 @@ class Settings(BaseSettings):
 
     # web server
     web_workers: int = Field(1, ge=1)
+    # threads serving the Flask routes (all but the hot ones) under the ASGI front
     web_threads: int = Field(64, ge=1)
-    # send and commit/rollback dispatched ahead of Flask (app/api/hot.py)
+    # send and commit/rollback served on the event loop, ahead of Flask (app/api/asgi.py)
     web_hot_routes: bool = True
 
     # check service

@@ -1,4 +1,4 @@
-"""The Flask application factory."""
+"""The application factories: the Flask app, and the ASGI front that serves it."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from flask import Flask
 from sqlalchemy import Engine
 
 from app.api import groups, health, topics, transactions
-from app.api.hot import HotRoutes
+from app.api.asgi import Api
 from app.api.http import register_error_handlers
 from app.config import Settings
 from app.domain.lifecycle import Lifecycle
@@ -36,11 +36,14 @@ def create_app(settings: Settings | None = None, *, engine: Engine | None = None
     register_error_handlers(app)
     for bp in (groups.bp, transactions.bp, topics.bp, health.bp):
         app.register_blueprint(bp)
-    if settings.web_hot_routes:
-        app.wsgi_app = HotRoutes(app, app.wsgi_app)  # type: ignore[method-assign]
     return app
 
 
 def app_from_env() -> Flask:
-    """WSGI entry point for the web server (settings from TXMSG_* variables)."""
+    """WSGI entry point, for a WSGI server (settings from TXMSG_* variables)."""
     return create_app()
+
+
+def asgi_from_env() -> Api:
+    """ASGI entry point, as ``txmsg serve`` runs it (settings from TXMSG_* variables)."""
+    return Api(create_app())

@@ -8,41 +8,45 @@ from flask import Blueprint, Response, request
 
 from app.api.http import int_arg, json_response, limit_arg, parse_json, state
 from app.domain import reads
-from app.domain.lifecycle import Lifecycle
-from app.domain.messages import parse_transaction
+from app.domain.lifecycle import Lifecycle, SendResult
+from app.domain.messages import TransactionIn, parse_transaction
 from app.domain.names import check_group_name, check_transaction_id
 from app.domain.states import Op
 
 bp = Blueprint("transactions", __name__, url_prefix="/v1/producer-groups/<group>/transactions")
 
 
-def send_transaction(lifecycle: Lifecycle, group: str, raw: bytes) -> tuple[dict[str, Any], int]:
-    """Store the half messages of a transaction (201), or repeat a retried send (200).
+def parse_send(lifecycle: Lifecycle, group: str, raw: bytes) -> TransactionIn:
+    """A send's group name and body, validated: the transaction to store.
 
-    Shared by the Flask route and the hot-route dispatcher (``app.api.hot``).
+    Shared by the Flask route and the ASGI front (``app.api.asgi``), as are
+    ``send_answer`` and ``check_finish``.
     """
     check_group_name(group)
-    txn = parse_transaction(parse_json(raw), max_body_bytes=lifecycle.settings.max_body_bytes)
-    result = lifecycle.send(group, txn)
+    return parse_transaction(parse_json(raw), max_body_bytes=lifecycle.settings.max_body_bytes)
+
+
+def send_answer(result: SendResult) -> tuple[dict[str, Any], int]:
+    """A stored transaction (201), or a retried send repeated (200)."""
     return result.body, 201 if result.created else 200
 
 
-def finish_transaction(lifecycle: Lifecycle, group: str, transaction_id: str,
-                       op: Op) -> dict[str, Any]:
-    """Commit, roll back or resume checks: the answer's body (always 200)."""
+def check_finish(group: str, transaction_id: str) -> None:
     check_group_name(group)
     check_transaction_id(transaction_id)
-    return lifecycle.finish(group, transaction_id, op).body
 
 
 @bp.post("")
 def send(group: str) -> Response:
-    return json_response(*send_transaction(state().lifecycle, group,
-                                           request.get_data(cache=False)))
+    lifecycle = state().lifecycle
+    txn = parse_send(lifecycle, group, request.get_data(cache=False))
+    return json_response(*send_answer(lifecycle.send(group, txn)))
 
 
 def _finish(group: str, transaction_id: str, op: Op) -> Response:
-    return json_response(finish_transaction(state().lifecycle, group, transaction_id, op))
+    """Commit, roll back or resume checks (always 200)."""
+    check_finish(group, transaction_id)
+    return json_response(state().lifecycle.finish(group, transaction_id, op).body)
 
 
 @bp.post("/<transaction_id>/commit")

@@ -282,10 +282,20 @@ class Lifecycle:
             name="txmsg-finish-writer", on_batch=metrics.BATCH_SIZE.labels("finish").observe)
 
     def send(self, group: str, request: TransactionIn) -> SendResult:
+        return self._sent(request, self.send_writer.submit(self._send_cmd(group, request)))
+
+    async def send_async(self, group: str, request: TransactionIn) -> SendResult:
+        """``send`` for a coroutine (the ASGI front): same batches, no thread held."""
+        cmd = self._send_cmd(group, request)
+        return self._sent(request, await self.send_writer.submit_async(cmd))
+
+    def _send_cmd(self, group: str, request: TransactionIn) -> SendCmd:
         delay = max(self.settings.transaction_timeout_seconds, request.check_immunity_seconds)
-        cmd = SendCmd(group, request, request.transaction_id or new_message_id(),
-                      request.fingerprint(), delay)
-        result: SendResult = self.send_writer.submit(cmd)
+        return SendCmd(group, request, request.transaction_id or new_message_id(),
+                       request.fingerprint(), delay)
+
+    @staticmethod
+    def _sent(request: TransactionIn, result: SendResult) -> SendResult:
         if result.created:
             metrics.SENT.inc(len(request.messages))
         return result
@@ -293,15 +303,23 @@ class Lifecycle:
     def finish(self, group: str, transaction_id: str, op: Op, *, source: str = "api",
                check_times: int | None = None) -> FinishResult:
         """Commit, roll back, discard or resume one transaction (API and checker alike)."""
-        result: FinishResult = self.finish_writer.submit(
-            FinishCmd(group, transaction_id, op, source, check_times))
-        if result.applied:
-            _count(op, result)
-        return result
+        return _finished(op, self.finish_writer.submit(
+            FinishCmd(group, transaction_id, op, source, check_times)))
+
+    async def finish_async(self, group: str, transaction_id: str, op: Op) -> FinishResult:
+        """``finish`` of an API request, for a coroutine (the ASGI front)."""
+        return _finished(op, await self.finish_writer.submit_async(
+            FinishCmd(group, transaction_id, op)))
 
     def close(self) -> None:
         self.send_writer.close()
         self.finish_writer.close()
+
+
+def _finished(op: Op, result: FinishResult) -> FinishResult:
+    if result.applied:
+        _count(op, result)
+    return result
 
 
 def _count(op: Op, result: FinishResult) -> None:

@@ -9,6 +9,7 @@ is sent only after its data is durable.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import queue
 import threading
@@ -55,12 +56,8 @@ class _Pending(Generic[T]):
         self._done = threading.Lock()
         self._done.acquire()
 
-    def set_result(self, value: Any) -> None:
-        self._value = value
-        self._done.release()
-
-    def set_exception(self, error: BaseException) -> None:
-        self._error = error
+    def settle(self, value: Any, error: BaseException | None) -> None:
+        self._value, self._error = value, error
         self._done.release()
 
     def result(self) -> Any:
@@ -68,6 +65,48 @@ class _Pending(Generic[T]):
         if self._error is not None:
             raise self._error
         return self._value
+
+
+class _AsyncPending(Generic[T]):
+    """An item submitted from an event loop: its answer is an asyncio future of that loop."""
+
+    __slots__ = ("future", "item", "loop")
+
+    def __init__(self, item: T, loop: asyncio.AbstractEventLoop) -> None:
+        self.item = item
+        self.loop = loop
+        self.future: asyncio.Future[Any] = loop.create_future()
+
+
+Answer = tuple[Any, BaseException | None]  # (value, error): one settles a pending item
+
+
+def _settle_futures(answers: list[tuple[asyncio.Future[Any], Any, BaseException | None]]
+                    ) -> None:
+    for future, value, error in answers:
+        if future.done():  # its request was cancelled; the write stands
+            continue
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(value)
+
+
+def _settle(batch: Sequence[_Pending[Any] | _AsyncPending[Any]], answers: Sequence[Answer]
+            ) -> None:
+    """Hand each answer to its waiter: a thread's lock is released at once; an event loop
+    is woken once per batch, whatever number of its requests the batch carried."""
+    by_loop: dict[asyncio.AbstractEventLoop, list[Any]] = {}
+    for pending, (value, error) in zip(batch, answers, strict=True):
+        if isinstance(pending, _Pending):
+            pending.settle(value, error)
+        else:
+            by_loop.setdefault(pending.loop, []).append((pending.future, value, error))
+    for loop, futures in by_loop.items():
+        try:
+            loop.call_soon_threadsafe(_settle_futures, futures)
+        except RuntimeError:  # the loop has closed: nobody is waiting any more
+            log.debug("an event loop closed before its answers were ready")
 
 
 class GroupCommitWriter(Generic[T]):
@@ -91,7 +130,7 @@ class GroupCommitWriter(Generic[T]):
         self._one_statement = one_statement
         self._max_batch = max_batch
         self._on_batch = on_batch  # told each committed batch's size (a metric)
-        self._queue: queue.SimpleQueue[_Pending[T] | None] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[_Pending[T] | _AsyncPending[T] | None] = queue.SimpleQueue()
         self.stats = WriterStats()
         self._conn: Connection | None = None
         self._last_used = 0.0
@@ -99,13 +138,25 @@ class GroupCommitWriter(Generic[T]):
         self._thread.start()
 
     def submit(self, item: T) -> Any:
+        """Write ``item`` with the next batch; its outcome, once the batch is durable."""
         pending: _Pending[T] = _Pending(item)
         self._queue.put(pending)
         return pending.result()
 
+    async def submit_async(self, item: T) -> Any:
+        """``submit`` for a coroutine: the event loop goes on serving while it waits."""
+        pending = _AsyncPending(item, asyncio.get_running_loop())
+        self._queue.put(pending)
+        return await pending.future
+
     def close(self) -> None:
         self._queue.put(None)
         self._thread.join(timeout=10)
+
+    @property
+    def alive(self) -> bool:
+        """Whether the writer thread still runs (until ``close``)."""
+        return self._thread.is_alive()
 
     def _run(self) -> None:
         while True:
@@ -125,7 +176,7 @@ class GroupCommitWriter(Generic[T]):
                 batch.append(nxt)
             self._flush(batch)
 
-    def _flush(self, batch: list[_Pending[T]], attempt: int = 0) -> None:
+    def _flush(self, batch: list[_Pending[T] | _AsyncPending[T]], attempt: int = 0) -> None:
         try:
             outcomes = self._transact(batch)
         except (sa_exc.DBAPIError, sa_exc.SQLAlchemyError) as exc:
@@ -142,21 +193,15 @@ class GroupCommitWriter(Generic[T]):
                 DatabaseUnavailable(f"database unavailable: {type(exc).__name__}")
                 if _is_connectivity(exc) else exc
             )
-            for pending in batch:
-                pending.set_exception(error)
+            _settle(batch, [(None, error)] * len(batch))
             return
         except BaseException as exc:  # a bug in apply: report it to every waiter, keep serving
             log.exception("group commit batch failed")
-            for pending in batch:
-                pending.set_exception(exc)
+            _settle(batch, [(None, exc)] * len(batch))
             return
-        for pending, outcome in zip(batch, outcomes, strict=True):
-            if isinstance(outcome, ApiError):
-                pending.set_exception(outcome)
-            else:
-                pending.set_result(outcome)
+        _settle(batch, [(None, o) if isinstance(o, ApiError) else (o, None) for o in outcomes])
 
-    def _transact(self, batch: list[_Pending[T]]) -> list[Any]:
+    def _transact(self, batch: list[_Pending[T] | _AsyncPending[T]]) -> list[Any]:
         items = [p.item for p in batch]
         while True:
             reused = self._conn is not None

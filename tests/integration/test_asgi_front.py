@@ -1,0 +1,346 @@
+"""The ASGI front (``app.api.asgi``) answers exactly as the Flask app does.
+
+Two apps share one database on each store: the ASGI front as ``txmsg serve`` runs it,
+and the bare Flask app through its test client. The same requests go to both, each app
+with its own group, topic and ids, and every answer must match: status, content type and
+body (random message ids and timestamps aside). A hook on the front's Flask app records
+which requests reached Flask, so the test also fails if the hot routes quietly handed
+everything to Flask, or served what they should have left to it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import re
+from collections.abc import Iterator
+from typing import Any, NamedTuple
+
+import orjson
+import pytest
+from flask import Flask, request
+
+from app.api.asgi import Api
+from app.web import create_app
+from tests.asgi_client import AsgiClient
+from tests.conftest import make_settings
+from tests.integration import test_bad_input
+
+TAGS = ("AAON", "AAOF")  # the same length, so that both apps' answers line up
+_SERVER_ID = re.compile(r"[0-9A-F]{32}")  # a transaction id the server chose
+
+
+class Answer(NamedTuple):
+    status: int
+    content_type: str
+    body: Any
+
+
+def _normalised(raw: bytes) -> Any:
+    try:
+        doc = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return raw
+
+    def walk(node: Any) -> Any:
+        if isinstance(node, dict):
+            return {k: ("<random>" if k in ("message_id", "created_at", "resolved_at",
+                                                   "next_check_at", "committed_at") else walk(v))
+                    for k, v in node.items()}
+        if isinstance(node, list):
+            return [walk(v) for v in node]
+        if isinstance(node, str) and _SERVER_ID.fullmatch(node):
+            return "<server id>"
+        return node
+    return walk(doc)
+
+
+class Side:
+    """One app; ``call`` takes ``json`` or ``data`` (a body with its Content-Length),
+    ``stream`` (a chunked body, without one), ``headers``."""
+
+    def __init__(self, app: Flask, tag: str, front: bool) -> None:
+        self.app, self.tag, self.front = app, tag, front
+        self.flask_saw: list[str] = []
+        app.before_request(lambda: self.flask_saw.append(f"{request.method} {request.path}"))
+        self.api = Api(app) if front else None
+        self.asgi = AsgiClient(self.api) if front else None
+        self.client = app.test_client()
+
+    @property
+    def lifecycle(self) -> Any:
+        return self.app.extensions["txmsg"].lifecycle
+
+    def call(self, method: str, path: str, *, json: Any = None, data: bytes | None = None,
+             stream: list[bytes] | None = None, headers: dict[str, str] | None = None) -> Answer:
+        path = path.replace("TAG", self.tag)
+        headers = dict(headers or {})
+        if json is not None:
+            data = orjson.dumps(json).replace(b"TAG", self.tag.encode())
+        if stream is not None:
+            headers["Transfer-Encoding"] = "chunked"
+        if self.asgi is not None:
+            if data is not None and "Content-Length" not in headers:
+                headers["Content-Length"] = str(len(data))
+            reply = self.asgi.request(method, path, body=stream or data or b"",
+                                      headers=[("Content-Type", "application/json"),
+                                               *headers.items()])
+            status, content_type, raw = (reply.status, reply.headers.get("content-type", ""),
+                                         reply.body)
+        else:
+            kwargs: dict[str, Any] = {"headers": {"Content-Type": "application/json", **headers}}
+            if stream is not None:
+                # as a WSGI server hands over a chunked body: read to its end
+                kwargs["input_stream"] = io.BytesIO(b"".join(stream))
+                kwargs["environ_overrides"] = {"wsgi.input_terminated": True}
+            elif data is not None:
+                kwargs["data"] = data
+            r = self.client.open(path, method=method, **kwargs)
+            status, content_type, raw = r.status_code, r.headers.get("Content-Type", ""), \
+                r.get_data()
+        return Answer(status, content_type, _normalised(raw.replace(self.tag.encode(), b"TAG")))
+
+    def close(self) -> None:
+        if self.asgi is not None:
+            self.asgi.close()
+        self.app.extensions["txmsg"].close()
+
+
+@pytest.fixture
+def sides(database_url: str) -> Iterator[tuple[Side, Side]]:
+    pair = []
+    for tag, front in zip(TAGS, (True, False), strict=True):
+        app = create_app(make_settings(database_url, max_body_bytes=test_bad_input.MAX_BODY))
+        pair.append(Side(app, tag, front))
+    for side in pair:
+        put = side.call("PUT", "/v1/producer-groups/gTAG",
+                        json={"check_urls": ["http://127.0.0.1:9/check"]})
+        assert put.status == 200, put
+        side.flask_saw.clear()
+    yield pair[0], pair[1]
+    for side in pair:
+        side.close()
+
+
+SEND = "/v1/producer-groups/gTAG/transactions"
+MSG = {"topic": "tTAG", "body": "hello"}
+
+
+class Step(NamedTuple):
+    method: str
+    path: str
+    kwargs: dict[str, Any]
+    status: int
+    hot: bool  # served by the front without Flask
+
+
+def step(method: str, path: str, status: int, hot: bool = True, **kwargs: Any) -> Step:
+    return Step(method, path, kwargs, status, hot)
+
+
+def _json(doc: Any) -> bytes:
+    return orjson.dumps(doc)
+
+
+LIFECYCLE = [
+    step("POST", SEND, 201, json={"transaction_id": "xTAG-1", **MSG}),
+    step("POST", SEND, 200, json={"transaction_id": "xTAG-1", **MSG}),  # a retried send
+    step("POST", SEND, 409, json={"transaction_id": "xTAG-1", "topic": "tTAG", "body": "other"}),
+    step("POST", SEND, 201, json={"transaction_id": "xTAG-2", "check_immunity_seconds": 30,
+                                  "messages": [
+                                      {**MSG, "tag": "a", "keys": ["k1", "k2"],
+                                       "properties": {"p": "v"}},
+                                      {"topic": "tTAG", "body_base64": "AAEC/w=="}]}),
+    step("POST", SEND, 201, json={"topic": "tTAG", "body": "no id: the server picks one"}),
+    step("POST", "/v1/producer-groups/nobodyTAG/transactions", 422, json=MSG),
+    step("POST", f"{SEND}/xTAG-1/commit", 200),
+    step("POST", f"{SEND}/xTAG-1/commit", 200),  # repeated: the same offsets
+    step("POST", f"{SEND}/xTAG-1/rollback", 409),
+    step("POST", f"{SEND}/xTAG-2/rollback", 200),
+    step("POST", f"{SEND}/xTAG-2/rollback", 200),
+    step("POST", f"{SEND}/xTAG-2/commit", 409),
+    step("POST", f"{SEND}/missingTAG/commit", 404),
+    step("POST", f"{SEND}/a%20b/commit", 400),
+    step("POST", "/v1/producer-groups/a.b/transactions/xTAG-1/commit", 400),
+    step("POST", SEND, 400, data=b"{not json"),
+    step("POST", SEND, 400, data=b""),
+    step("POST", SEND, 400, data=b"[1, 2]"),
+    step("POST", SEND, 413, json={**MSG, "body": "x" * (test_bad_input.MAX_BODY + 1)}),
+    # not served by the front's hot routes: Flask answers both ways
+    step("POST", SEND, 201, hot=False, stream=[b'{"transaction_id": "xTAG-3", ',
+                                               b'"topic": "tTAG", "body": "chunked"}']),
+    step("POST", SEND, 400, hot=False, stream=[b'{"topic": 5}']),
+    step("POST", "/v1/producer-groups/zamówienia/transactions", 400, hot=False, json=MSG),
+    step("POST", f"{SEND}/", 404, hot=False, json=MSG),
+    step("POST", f"{SEND}/xTAG-1/resume-check", 409, hot=False),
+    step("GET", f"{SEND}/xTAG-1", 200, hot=False),
+    step("GET", f"{SEND}?state=PREPARED&limit=5", 200, hot=False),
+    step("GET", "/v1/topics/tTAG/messages?from_offset=0", 200, hot=False),
+    step("PUT", SEND, 405, hot=False, json=MSG),
+]
+
+
+def test_the_lifecycle_answers_match_and_skip_flask(sides: tuple[Side, Side]) -> None:
+    front, plain = sides
+    for s in LIFECYCLE:
+        front.flask_saw.clear()
+        plain.flask_saw.clear()
+        answers = [side.call(s.method, s.path, **s.kwargs) for side in sides]
+        assert answers[0] == answers[1], s
+        assert answers[0].status == s.status, (s, answers[0])
+        path = s.path.partition("?")[0].replace("%20", " ")
+        assert (f"{s.method} {path.replace('TAG', front.tag)}" in front.flask_saw) is not s.hot, s
+        assert f"{s.method} {path.replace('TAG', plain.tag)}" in plain.flask_saw, s
+
+
+def test_a_body_over_werkzeugs_limit_goes_to_flask(sides: tuple[Side, Side]) -> None:
+    for side in sides:
+        side.app.config["MAX_CONTENT_LENGTH"] = 4096  # low, to reach it cheaply
+    answers = [side.call("POST", SEND, data=b" " * 4097) for side in sides]
+    assert answers[0] == answers[1]
+    assert answers[0].status == 413
+    assert answers[0].body["code"] == "payload_too_large"
+    assert sides[0].flask_saw == [f"POST {SEND.replace('TAG', sides[0].tag)}"]
+    assert sides[0].call("POST", SEND, data=b" " * 4096).status == 400  # read, not JSON
+
+
+def test_a_send_in_several_body_messages_is_read_whole(sides: tuple[Side, Side]) -> None:
+    front, _ = sides
+    body = _json({"transaction_id": "parts", **MSG}).replace(b"TAG", front.tag.encode())
+    assert front.asgi is not None
+    reply = front.asgi.request("POST", SEND.replace("TAG", front.tag),
+                               body=[body[:7], body[7:20], body[20:]],
+                               headers=[("Content-Length", str(len(body)))])
+    assert reply.status == 201, reply
+    assert front.flask_saw == []
+
+
+@pytest.mark.parametrize("case", [c for c in test_bad_input.CASES
+                                  if c.values[0].method == "POST"])
+def test_refusals_match(sides: tuple[Side, Side], case: test_bad_input.Case) -> None:
+    c = case
+    for side in sides:  # as test_bad_input's ``seeded``
+        for txid in ("t-open", "t-rolled"):
+            assert side.call("POST", SEND, json={"transaction_id": txid,
+                                                  **test_bad_input.MSG}).status == 201
+        assert side.call("POST", f"{SEND}/t-rolled/rollback").status == 200
+    path = re.sub(r"orders-svc", "gTAG", c.path)
+    kwargs: dict[str, Any] = {"data": c.data} if c.data is not None else {}
+    if c.json is not test_bad_input._UNSET:
+        kwargs["json"] = c.json
+    answers = [side.call(c.method, path, **kwargs) for side in sides]
+    assert answers[0] == answers[1]
+    assert answers[0].status == c.status
+
+
+def test_an_unexpected_error_is_a_logged_500_both_ways(
+        sides: tuple[Side, Side], monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    def broken(*_args: Any, **_kwargs: Any) -> Any:
+        raise RuntimeError("a bug")
+
+    front, plain = sides
+    monkeypatch.setattr(front.lifecycle, "send_async", broken)
+    monkeypatch.setattr(plain.lifecycle, "send", broken)
+    answers = [side.call("POST", SEND, json=MSG) for side in sides]
+    assert answers[0] == answers[1]
+    assert answers[0].status == 500
+    assert answers[0].content_type == "application/problem+json"
+    assert answers[0].body["code"] == "internal_error"
+    assert sum("Exception on" in r.getMessage() for r in caplog.records) == 2
+
+
+def test_a_root_path_goes_to_flask(sides: tuple[Side, Side]) -> None:
+    front, _ = sides
+    assert front.asgi is not None
+    body = _json({"transaction_id": "rooted", "topic": "t", "body": "b"})
+    path = SEND.replace("TAG", front.tag)
+    reply = front.asgi.request("POST", "/api" + path, body=body, root_path="/api",
+                               headers=[("Content-Length", str(len(body)))])
+    assert reply.status == 201, reply
+    assert front.flask_saw == [f"POST {path}"]
+
+
+def test_a_client_gone_before_its_body_is_whole_stores_nothing(
+        sides: tuple[Side, Side]) -> None:
+    front, _ = sides
+    assert front.asgi is not None
+    body = _json({"transaction_id": "cut", "topic": "t", "body": "b"})
+    reply = front.asgi.request("POST", SEND.replace("TAG", front.tag), body=[body[:10]],
+                               headers=[("Content-Length", str(len(body)))], disconnect=True)
+    assert reply.status == 0
+    assert front.call("GET", f"{SEND}/cut").status == 404
+
+
+def test_hot_routes_off_sends_everything_to_flask(database_url: str) -> None:
+    app = create_app(make_settings(database_url, web_hot_routes=False))
+    side = Side(app, "OFF", front=True)
+    try:
+        assert side.call("PUT", "/v1/producer-groups/gTAG",
+                         json={"check_urls": ["http://127.0.0.1:9/check"]}).status == 200
+        assert side.call("POST", SEND, json={"transaction_id": "x", **MSG}).status == 201
+        assert side.call("POST", f"{SEND}/x/commit").status == 200
+        assert side.flask_saw == ["PUT /v1/producer-groups/gOFF",f"POST {SEND.replace('TAG', 'OFF')}",
+                                      f"POST {SEND.replace('TAG', 'OFF')}/x/commit"]
+    finally:
+        side.close()
+
+
+def test_concurrent_requests_on_one_loop_share_batches(sides: tuple[Side, Side]) -> None:
+    """Many sends and commits awaiting at once on the one event loop: every answer is
+    right, and the writers carried them in fewer transactions than requests."""
+    front, _ = sides
+    assert front.api is not None and front.asgi is not None
+    path = SEND.replace("TAG", front.tag)
+    n = 64
+    writers = (front.lifecycle.send_writer, front.lifecycle.finish_writer)
+    before = [w.stats.transactions for w in writers]
+
+    async def one(i: int) -> tuple[int, int]:
+        body = _json({"transaction_id": f"c{i}", "topic": "conc", "body": str(i)})
+        sent = await _call(front.api, "POST", path, body)
+        committed = await _call(front.api, "POST", f"{path}/c{i}/commit", b"")
+        return sent, committed
+
+    async def all_of_them() -> list[tuple[int, int]]:
+        return await asyncio.gather(*(one(i) for i in range(n)))
+
+    results = front.asgi.run(all_of_them())
+    assert results == [(201, 200)] * n
+    used = [w.stats.transactions - b for w, b in zip(writers, before, strict=True)]
+    assert all(0 < u < n for u in used), used
+    offsets = sorted(m["offset"] for m in front.call(
+        "GET", "/v1/topics/conc/messages?from_offset=0&limit=1000").body["messages"])
+    assert offsets == list(range(n))
+
+
+def test_lifespan_shutdown_stops_the_writers(database_url: str) -> None:
+    app = create_app(make_settings(database_url))
+    side = Side(app, "LIFE", front=True)
+    try:
+        assert side.asgi is not None
+        assert side.asgi.lifespan("startup", "shutdown") == ["lifespan.startup.complete",
+                                                             "lifespan.shutdown.complete"]
+        assert not side.lifecycle.send_writer.alive
+        assert not side.lifecycle.finish_writer.alive
+    finally:
+        assert side.asgi is not None
+        side.asgi.close()
+
+
+async def _call(api: Api, method: str, path: str, body: bytes) -> int:
+    """A request straight on the running loop; its status."""
+    messages = [{"type": "http.request", "body": body, "more_body": False}]
+    status: list[int] = []
+
+    async def receive() -> dict[str, Any]:
+        return messages.pop(0) if messages else {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            status.append(message["status"])
+
+    await api({"type": "http", "method": method, "path": path, "root_path": "",
+               "query_string": b"", "http_version": "1.1", "scheme": "http",
+               "headers": [(b"content-length", str(len(body)).encode())]}, receive, send)
+    return status[0]
