@@ -104,7 +104,8 @@ def _parse(argv: list[str] | None) -> tuple[Plan, Path]:
                    help="length of the half-peak run (latency and memory); default 300")
     p.add_argument("--checker-seconds", type=float, help="length of each checker memory run")
     p.add_argument("--gunicorn", action="store_true",
-                   help="also run (b) on gunicorn gthread (needs `pip install gunicorn`)")
+                   help="also run (b) on other server layouts: two workers, every route through "
+                        "Flask, gunicorn gthread (needs `pip install gunicorn`)")
     p.add_argument("--out", type=Path, default=OUT)
     args = p.parse_args(argv)
     plan = QUICK if args.quick else Plan()
@@ -157,7 +158,7 @@ def _phases(plan: Plan, admin: str, db: str, results: dict[str, Any]) -> None:
         if server is not None:
             server.stop()
     if plan.compare_gunicorn:
-        phase("servers_granian_vs_gunicorn", lambda: _compare_servers(db, n, secs, warm))
+        phase("servers_compared", lambda: _compare_servers(db, n, secs, warm))
     from bench import due_scan
 
     phase("f_due_scan", lambda: due_scan.run(db, plan.due_resolved, plan.due_pending,
@@ -206,22 +207,25 @@ def _paced_with_memory(server: Any, clients: int, rate: float, seconds: float) -
 
 
 def _compare_servers(db: str, clients: int, seconds: float, warmup: float) -> dict[str, Any]:
-    """(b) on Granian (as ``txmsg serve`` runs it, and with two workers) and on gunicorn
-    gthread, same app."""
+    """(b) on Granian as ``txmsg serve`` runs it (ASGI, one worker), with two workers,
+    with every route through Flask behind the ASGI front, and the Flask app alone on
+    gunicorn gthread (WSGI)."""
     if not gunicorn_available():
         raise RuntimeError("gunicorn is not installed (pip install gunicorn)")
     from app.config import Settings
 
     s = Settings()
     out: dict[str, Any] = {}
-    with serve(db) as server:
-        out["granian"] = txmsg_load.pairs(server, clients, seconds, warmup)
-    with serve(db, web_workers=2, web_threads=s.web_threads // 2) as server:
-        out[f"granian_2x{s.web_threads // 2}"] = txmsg_load.pairs(server, clients, seconds, warmup)
-    for workers, threads in ((s.web_workers, s.web_threads), (2, s.web_threads // 2)):
-        with gunicorn(db, workers, threads) as server:
-            out[f"gunicorn_gthread_{workers}x{threads}"] = txmsg_load.pairs(
-                server, clients, seconds, warmup)
+    layouts: dict[str, Callable[[], Any]] = {
+        "granian_asgi": lambda: serve(db),
+        "granian_asgi_2_workers": lambda: serve(db, web_workers=2),
+        "granian_asgi_all_flask": lambda: serve(db, web_hot_routes="false"),
+        f"gunicorn_gthread_1x{s.web_threads}": lambda: gunicorn(db, 1, s.web_threads),
+        f"gunicorn_gthread_2x{s.web_threads // 2}": lambda: gunicorn(db, 2, s.web_threads // 2),
+    }
+    for name, start in layouts.items():
+        with start() as server:
+            out[name] = txmsg_load.pairs(server, clients, seconds, warmup)
     return out
 
 
@@ -299,6 +303,8 @@ def _summary(r: dict[str, Any], out_path: Path) -> None:
     ]
     for label, value in rows:
         print(f"  {label:46s} {value}")
+    for name, result in (r.get("servers_compared") or {}).items():
+        print(f"  {'(b) on ' + name:46s} {result.get('per_second')}")
     for name, g in r["goals"].items():
         mark = {True: "met", False: "MISSED", None: "n/a"}[g["met"]]
         print(f"  {name:46s} {g['value']} (goal {g['goal']}): {mark}")

@@ -21,6 +21,7 @@ import pytest
 from flask import Flask, request
 
 from app.api.asgi import Api
+from app.domain.messages import parse_transaction
 from app.web import create_app
 from tests.asgi_client import AsgiClient
 from tests.conftest import make_settings
@@ -344,3 +345,28 @@ async def _call(api: Api, method: str, path: str, body: bytes) -> int:
                "query_string": b"", "http_version": "1.1", "scheme": "http",
                "headers": [(b"content-length", str(len(body)).encode())]}, receive, send)
     return status[0]
+
+
+def test_a_cancelled_request_is_still_written_and_the_writer_goes_on(
+        sides: tuple[Side, Side]) -> None:
+    """A request whose coroutine is cancelled while it waits (its client gone): the batch
+    it joined is written all the same, and answering the dead future breaks nothing."""
+    front, _ = sides
+    assert front.asgi is not None
+    lifecycle = front.lifecycle
+
+    def txn(tid: str) -> Any:
+        return parse_transaction({"transaction_id": tid, "topic": "t", "body": "b"},
+                                 max_body_bytes=1024)
+
+    async def cancel_one_then_send_another() -> Any:
+        waiting = asyncio.ensure_future(lifecycle.send_async(f"g{front.tag}", txn("gone")))
+        await asyncio.sleep(0)  # submitted: now waiting on its batch
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        return await lifecycle.send_async(f"g{front.tag}", txn("next"))
+
+    assert front.asgi.run(cancel_one_then_send_another()).created
+    assert front.call("GET", f"{SEND}/gone").body["state"] == "PREPARED"
+    assert front.call("GET", f"{SEND}/next").status == 200
