@@ -18,7 +18,6 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    PrivateAttr,
     StrictInt,
     StrictStr,
     ValidationError,
@@ -73,7 +72,6 @@ class MessageIn(BaseModel):
         default_factory=list, max_length=MAX_KEYS)
     tag: Annotated[StrictStr, Field(max_length=1024)] | None = None
     properties: dict[StrictStr, StrictStr] = Field(default_factory=dict)
-    _raw: bytes = PrivateAttr(b"")
 
     @field_validator("topic")
     @classmethod
@@ -108,22 +106,25 @@ class MessageIn(BaseModel):
     def _one_body(self, info: ValidationInfo) -> MessageIn:
         if (self.body is None) == (self.body_base64 is None):
             raise _custom("invalid_body", "give exactly one of body or body_base64")
-        if self.body_base64 is not None:
-            try:
-                raw = base64.b64decode(self.body_base64, validate=True)
-            except (binascii.Error, ValueError):
-                raise _custom("invalid_base64", "body_base64 is not valid base64") from None
-        else:
-            raw = self.body.encode()  # type: ignore[union-attr]
+        try:
+            raw = self.raw_body
+        except (binascii.Error, ValueError):
+            if self.body_base64 is None:
+                raise
+            raise _custom("invalid_base64", "body_base64 is not valid base64") from None
         limit = (info.context or {}).get("max_body_bytes")
         if limit is not None and len(raw) > limit:
             raise _custom("body_too_large", f"body is {len(raw)} bytes, at most {limit}")
-        self._raw = raw
         return self
 
     @property
     def raw_body(self) -> bytes:
-        return self._raw
+        """The body's bytes, computed on each use: a private attribute to keep them in
+        cost more (pydantic sets up private attributes per instance) than encoding
+        again, for the two or three uses a message has."""
+        if self.body is not None:
+            return self.body.encode()
+        return base64.b64decode(self.body_base64, validate=True)  # type: ignore[arg-type]
 
     @property
     def body_is_text(self) -> bool:

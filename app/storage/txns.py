@@ -3,7 +3,7 @@ message_log, topic_offset). Every statement on these tables lives here."""
 
 from __future__ import annotations
 
-import base64
+import binascii
 import functools
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
@@ -142,7 +142,7 @@ def lock_txns(conn: Connection, keys: Iterable[Key]
             tuple_(txn.c.producer_group, txn.c.transaction_id).in_(keys)))
     rows: dict[Key, Row] = {}
     messages: dict[int, list[Published]] = {}
-    for r in result:
+    for r in result.all():  # one fetch, not one per row
         key = (r.producer_group, r.transaction_id)
         if key not in rows:
             rows[key] = r
@@ -206,11 +206,13 @@ class _JsonRows:
     """A batch of rows passed to PostgreSQL as one JSON parameter, read back with
     ``json_to_recordset``: one statement text (parsed and planned once) serves every batch
     size, and the batch is encoded by orjson in one call instead of one parameter per
-    value. Binary columns travel as base64."""
+    value. Binary columns travel as base64.
+
+    The rows go to orjson as they are: ``json_to_recordset`` takes the columns it names
+    and ignores other keys, so no row is copied to fit."""
 
     def __init__(self, alias: str, columns: Sequence[Column[Any]]) -> None:
         self.alias = alias
-        self.names = [str(c.name) for c in columns]  # orjson takes no str subclass
         self._binary = {c.name for c in columns if isinstance(c.type, LargeBinary)}
         record = [column(c.name, Text if c.name in self._binary else c.type) for c in columns]
         self.table = func.json_to_recordset(cast(bindparam(alias, type_=Text), JSON)) \
@@ -221,10 +223,15 @@ class _JsonRows:
         return func.decode(c, "base64") if name in self._binary else c
 
     def param(self, rows: Iterable[Mapping[str, Any]]) -> dict[str, str]:
-        binary = self._binary
-        out = [{n: (base64.b64encode(r[n]).decode() if n in binary else r[n]) for n in self.names}
-               for r in rows]
-        return {self.alias: orjson.dumps(out).decode()}
+        rows = rows if isinstance(rows, list) else list(rows)
+        return {self.alias: orjson.dumps(rows, default=_base64).decode()}
+
+
+def _base64(value: Any) -> str:
+    """orjson's fallback: bytes (a binary column's value) as base64."""
+    if isinstance(value, bytes):
+        return binascii.b2a_base64(value, newline=False).decode()
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
 _SEND_TXN_COLUMNS = ("producer_group", "transaction_id", "state", "fingerprint",

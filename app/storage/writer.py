@@ -113,7 +113,8 @@ class GroupCommitWriter(Generic[T]):
     """Applies submitted items in shared transactions with ``apply(conn, items)``.
 
     ``apply`` returns one outcome per item: a value, or an ``ApiError`` instance that is
-    raised in the submitting thread (a per-request refusal does not abort the batch).
+    raised in the submitting thread or coroutine (a per-request refusal does not abort
+    the batch).
     If the batch's transaction fails as a whole, each item is retried alone, so one bad
     request (say a unique-key race with another process) cannot fail its neighbours.
 

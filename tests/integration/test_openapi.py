@@ -160,6 +160,21 @@ def fuzz_app(sqlite_app):  # type: ignore[no-untyped-def]
 schema = schemathesis.openapi.from_dict(openapi_document())
 
 
+# what every fuzzed answer is held to, in process here and over HTTP in
+# tests/acceptance/test_served_fuzz.py
+CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance,
+          response_headers_conformance, response_schema_conformance, negative_data_rejection]
+
+
+def check_problem(response: Any) -> None:
+    """An error answer is problem+json with a stable code and its own status."""
+    if response.status_code >= 400:
+        assert response.headers["content-type"][0].startswith("application/problem+json")
+        body = response.json()
+        assert re.fullmatch(r"[a-z0-9]+(_[a-z0-9]+)*", body["code"])
+        assert body["status"] == response.status_code
+
+
 @pytest.mark.slow
 @schema.parametrize()
 @settings(max_examples=40, deadline=None, derandomize=True, database=None,
@@ -169,15 +184,7 @@ def test_app_conforms_to_its_document(case, fuzz_app) -> None:  # type: ignore[n
     schema-invalid input refused, every error problem+json with a code."""
     if case.method == "POST":  # a fuzzed DELETE may have removed the group
         _register(fuzz_app.test_client())
-    response = case.call_and_validate(app=fuzz_app, checks=[
-        not_a_server_error, status_code_conformance, content_type_conformance,
-        response_headers_conformance, response_schema_conformance, negative_data_rejection,
-    ])
-    if response.status_code >= 400:
-        assert response.headers["content-type"][0].startswith("application/problem+json")
-        body = response.json()
-        assert re.fullmatch(r"[a-z0-9]+(_[a-z0-9]+)*", body["code"])
-        assert body["status"] == response.status_code
+    check_problem(case.call_and_validate(app=fuzz_app, checks=CHECKS))
 
 
 def conforms(instance: Any, schema_name: str) -> None:
