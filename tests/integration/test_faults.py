@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import requests
 from sqlalchemy import create_engine, text
 
 from app.web import create_app
+from tests.acceptance.conftest import start_serve
 from tests.conftest import LiveServer, make_settings
 
 
@@ -20,6 +22,18 @@ def test_connection_loss_loses_no_acknowledged_commit(postgres_url: str) -> None
     finally:
         server.stop()
         app.extensions["txmsg"].close()
+
+
+def test_connection_loss_loses_no_acknowledged_commit_under_txmsg_serve(
+        postgres_url: str, tmp_path: Path) -> None:
+    """The same through the server as deployed: Granian, the ASGI front's hot routes."""
+    served = start_serve({"TXMSG_DATABASE_URL": postgres_url}, tmp_path, "--no-checker",
+                         "--no-migrate")
+    try:
+        _run(served.url, postgres_url)
+    finally:
+        served.stop()
+    assert "Traceback" not in served.log.read_text()
 
 
 def _run(url: str, postgres_url: str) -> None:
