@@ -67,12 +67,16 @@ def serve(host: str, port: int, no_checker: bool, no_migrate: bool, workers: int
 
         service = CheckService(settings)
         service.start()
+    asgi = settings.web_interface == "asgi"
     click.echo(f"txmsg serving http://{host}:{port} on {_redacted(settings.database_url)}"
+               f" ({settings.web_interface.upper()})"
                f"{'' if no_checker else ' with the check service'}", err=True)
     try:
         Granian(
-            "app.web:asgi_from_env", factory=True, address=host, port=port,
-            interface=Interfaces.ASGI, workers=workers or settings.web_workers,
+            "app.web:asgi_from_env" if asgi else "app.web:app_from_env", factory=True,
+            address=host, port=port, interface=Interfaces.ASGI if asgi else Interfaces.WSGI,
+            workers=workers or settings.web_workers,
+            blocking_threads=None if asgi else settings.web_threads,
             backlog=2048, log_access=False,
         ).serve()
     finally:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -28,9 +30,11 @@ class Settings(BaseSettings):
     # group commit: the most requests one database transaction carries
     batch_max_size: int = Field(512, ge=1)
 
-    # web server
+    # web server: Granian's ASGI interface (the hot routes on the event loop, Flask behind
+    # a2wsgi), or its WSGI interface with the Flask app alone (every route through Flask)
+    web_interface: Literal["asgi", "wsgi"] = "asgi"
     web_workers: int = Field(1, ge=1)
-    # threads serving the Flask routes (all but the hot ones) under the ASGI front
+    # threads serving the Flask routes (under ASGI, all but the hot ones)
     web_threads: int = Field(64, ge=1)
     # send and commit/rollback served on the event loop, ahead of Flask (app/api/asgi.py)
     web_hot_routes: bool = True

@@ -209,7 +209,7 @@ def _paced_with_memory(server: Any, clients: int, rate: float, seconds: float) -
 def _compare_servers(db: str, clients: int, seconds: float, warmup: float) -> dict[str, Any]:
     """(b) on Granian as ``txmsg serve`` runs it (ASGI, one worker), with two workers,
     with every route through Flask behind the ASGI front, and the Flask app alone on
-    gunicorn gthread (WSGI)."""
+    Granian's WSGI interface and on gunicorn gthread."""
     if not gunicorn_available():
         raise RuntimeError("gunicorn is not installed (pip install gunicorn)")
     from app.config import Settings
@@ -220,6 +220,7 @@ def _compare_servers(db: str, clients: int, seconds: float, warmup: float) -> di
         "granian_asgi": lambda: serve(db),
         "granian_asgi_2_workers": lambda: serve(db, web_workers=2),
         "granian_asgi_all_flask": lambda: serve(db, web_hot_routes="false"),
+        "granian_wsgi_flask_alone": lambda: serve(db, web_interface="wsgi"),
         f"gunicorn_gthread_1x{s.web_threads}": lambda: gunicorn(db, 1, s.web_threads),
         f"gunicorn_gthread_2x{s.web_threads // 2}": lambda: gunicorn(db, 2, s.web_threads // 2),
     }

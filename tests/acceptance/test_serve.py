@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import requests
 from sqlalchemy import create_engine, text
 
@@ -11,9 +12,14 @@ from app.storage.db import head_revision
 from tests.acceptance.conftest import run_txmsg
 
 
-def test_serve_on_the_embedded_default(serve_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    """No configuration: SQLite at var/txmsg.db, migrated on start, full lifecycle."""
-    served = serve_factory({}, "--no-checker")
+@pytest.mark.parametrize("interface", [None, "wsgi"])
+def test_serve_on_the_embedded_default(serve_factory, tmp_path: Path,  # type: ignore[no-untyped-def]
+                                       interface: str | None) -> None:
+    """No configuration: SQLite at var/txmsg.db, migrated on start, full lifecycle; on the
+    ASGI front by default, or the Flask app alone on WSGI."""
+    served = serve_factory({"TXMSG_WEB_INTERFACE": interface} if interface else {},
+                           "--no-checker")
+    assert f"({(interface or 'asgi').upper()})" in served.log.read_text()
     assert (tmp_path / "var" / "txmsg.db").exists()
     url = served.url
     s = requests.Session()
