@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import hashlib
 import re
 from typing import Annotated, Any
@@ -117,11 +118,13 @@ class MessageIn(BaseModel):
             raise _custom("body_too_large", f"body is {len(raw)} bytes, at most {limit}")
         return self
 
-    @property
+    @functools.cached_property
     def raw_body(self) -> bytes:
-        """The body's bytes, computed on each use: a private attribute to keep them in
-        cost more (pydantic sets up private attributes per instance) than encoding
-        again, for the two or three uses a message has."""
+        """The body's bytes, decoded once (by the validator that checks their size).
+
+        Cached in the instance's ``__dict__``, which pydantic leaves to such properties:
+        a private attribute cost far more, as pydantic sets private attributes up for
+        every instance and reads them through ``__getattr__``."""
         if self.body is not None:
             return self.body.encode()
         return base64.b64decode(self.body_base64, validate=True)  # type: ignore[arg-type]

@@ -101,6 +101,16 @@ def test_body_size_is_measured_after_base64_decoding() -> None:
     assert err.value.status == 413 and err.value.code == "body_too_large"
 
 
+def test_a_base64_body_is_decoded_once_and_left_out_of_the_model() -> None:
+    """The validator decodes it; the store and the fingerprint reuse those bytes, and
+    they are no field: not dumped, not compared."""
+    one = parse({"topic": "orders", "body_base64": "AAEC"}).messages[0]
+    assert one.raw_body is one.raw_body == b"\x00\x01\x02"
+    assert one.model_dump(exclude_defaults=True) == {"topic": "orders", "body_base64": "AAEC"}
+    other = parse({"topic": "orders", "body_base64": "AAEC"}).messages[0]
+    assert one == other
+
+
 def test_text_body_size_is_in_utf8_bytes() -> None:
     m = parse({"topic": "orders", "body": "é" * (LIMIT // 2)}).messages[0]
     assert m.raw_body == ("é" * (LIMIT // 2)).encode() and m.body_is_text
