@@ -281,8 +281,9 @@ def test_hot_routes_off_sends_everything_to_flask(database_url: str) -> None:
                          json={"check_urls": ["http://127.0.0.1:9/check"]}).status == 200
         assert side.call("POST", SEND, json={"transaction_id": "x", **MSG}).status == 201
         assert side.call("POST", f"{SEND}/x/commit").status == 200
-        assert side.flask_saw == ["PUT /v1/producer-groups/gOFF",f"POST {SEND.replace('TAG', 'OFF')}",
-                                      f"POST {SEND.replace('TAG', 'OFF')}/x/commit"]
+        send = SEND.replace("TAG", "OFF")
+        assert side.flask_saw == ["PUT /v1/producer-groups/gOFF", f"POST {send}",
+                                  f"POST {send}/x/commit"]
     finally:
         side.close()
 
