@@ -10,19 +10,9 @@ from __future__ import annotations
 
 from enum import StrEnum
 
+from app.vocabulary import Op, State
 
-class State(StrEnum):
-    PREPARED = "PREPARED"
-    COMMITTED = "COMMITTED"
-    ROLLED_BACK = "ROLLED_BACK"
-    DISCARDED = "DISCARDED"
-
-
-class Op(StrEnum):
-    COMMIT = "COMMIT"
-    ROLLBACK = "ROLLBACK"
-    DISCARD = "DISCARD"
-    RESUME = "RESUME"
+__all__ = ["RESOLVED", "Op", "Outcome", "State", "decide", "target"]
 
 
 class Outcome(StrEnum):
