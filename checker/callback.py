@@ -21,7 +21,7 @@ import orjson
 import requests
 from urllib3.exceptions import ReadTimeoutError
 
-from app.client import Resolution
+from app.vocabulary import Resolution
 
 MAX_ANSWER_BYTES = 64 * 1024
 USER_AGENT = "txmsg-checker/1"

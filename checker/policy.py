@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from app.client import Resolution
 from app.config import Settings
 from app.domain.messages import ProducerGroupIn
 from app.domain.states import Op
+from app.vocabulary import Resolution
 
 # when the group's registration is gone but the transaction named its own check_url
 DEFAULT_TIMEOUT_MS: int = ProducerGroupIn.model_fields["check_timeout_ms"].default

@@ -31,7 +31,6 @@ from sqlalchemy import Engine
 from sqlalchemy import exc as sa_exc
 
 from app import metrics
-from app.client import Resolution
 from app.config import Settings
 from app.domain.lifecycle import Lifecycle, utcnow
 from app.domain.reads import body_fields, message_meta
@@ -39,6 +38,7 @@ from app.domain.states import Op, State
 from app.errors import ApiError, DatabaseUnavailable
 from app.storage import checks, txns
 from app.storage.db import make_engine, write_transaction
+from app.vocabulary import Resolution
 from checker import callback, policy
 from checker.callback import Answer
 

@@ -1,13 +1,13 @@
-"""The producer SDK's pieces that need no service: messages and the callback endpoint."""
+"""The SDK's pieces that need no service: messages and the callback endpoint."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import pytest
+from txmsg_client import Resolution, message
+from txmsg_client.callback import checker_app
 from werkzeug.test import Client
-
-from app.client import Resolution, checker_app, message
 
 
 class Ledger:

@@ -1,67 +1,22 @@
-"""Producer SDK: send half messages, commit or roll back, and answer the service's checks.
-
-RocketMQ's transactional producer, over HTTP::
-
-    producer = Producer("http://127.0.0.1:8080", "orders-svc")
-    producer.register(["http://10.0.0.5:9000/check"])
-    result = producer.send_in_transaction(
-        message("orders", '{"id": 42}'), lambda sent: place_order(sent["transaction_id"]))
-
-``local_transaction`` returns a ``Resolution``: COMMIT and ROLLBACK are applied at once;
-UNKNOWN (or an exception, which is raised again) leaves the transaction to the check,
-where the service asks the group's callback, served by ``checker_app(checker)``.
-This module depends on ``requests`` and ``werkzeug`` only, never on the service's code.
-"""
+"""The producer: one producer group's calls to the service, and the messages it sends."""
 
 from __future__ import annotations
 
 import base64
-import json
 import logging
-import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from enum import StrEnum
-from typing import Any, Protocol, Self
+from typing import Any, Self
 from urllib.parse import quote
 
 import requests
-from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
-from werkzeug.wrappers import Request, Response
+
+from txmsg_client.errors import TxmsgError, error_from
+from txmsg_client.resolution import Resolution
 
 log = logging.getLogger(__name__)
 
 Message = Mapping[str, Any]
-
-
-class Resolution(StrEnum):
-    """A producer's answer about one transaction (RocketMQ's LocalTransactionState)."""
-
-    COMMIT = "COMMIT"
-    ROLLBACK = "ROLLBACK"
-    UNKNOWN = "UNKNOWN"
-
-
-class TransactionChecker(Protocol):
-    """Answers the service's check of an unresolved transaction.
-
-    ``transaction`` is the check callback body: ``producer_group``, ``transaction_id``,
-    ``check_times`` (1 for the first check), ``created_at`` and ``messages``.
-    """
-
-    def check(self, transaction: dict[str, Any]) -> Resolution: ...
-
-
-class TxmsgError(Exception):
-    """The service refused a request; the fields of its problem+json answer."""
-
-    def __init__(self, status: int, code: str, detail: str,
-                 problem: Mapping[str, Any] | None = None) -> None:
-        super().__init__(f"{status} {code}: {detail}")
-        self.status = status
-        self.code = code
-        self.detail = detail
-        self.problem = dict(problem or {})
 
 
 @dataclass
@@ -197,81 +152,5 @@ class Producer:
         response = self._session.request(method, self.base_url + path, json=body,
                                          timeout=self.timeout)
         if response.status_code >= 400:
-            raise _error(response)
+            raise error_from(response)
         return response.json() if response.content else {}
-
-
-def _error(response: requests.Response) -> TxmsgError:
-    try:
-        problem = response.json()
-    except ValueError:
-        problem = None
-    if not isinstance(problem, dict):
-        return TxmsgError(response.status_code, f"http_{response.status_code}",
-                          response.text[:200] or response.reason or "")
-    return TxmsgError(int(problem.get("status", response.status_code)),
-                      str(problem.get("code", f"http_{response.status_code}")),
-                      str(problem.get("detail", "")), problem)
-
-
-def checker_app(checker: TransactionChecker) -> Callable[..., Any]:
-    """A WSGI app serving ``checker`` as the check callback: POST → ``{"resolution": ...}``.
-
-    A body that is not a JSON object answers 400; an exception in the checker answers
-    500 (the service counts the check as unanswered and asks the group's next URL).
-    """
-
-    @Request.application  # type: ignore[arg-type]
-    def app(request: Request) -> Response:
-        if request.method != "POST":
-            return _problem(405, "method_not_allowed", "the check callback takes POST")
-        try:
-            transaction = json.loads(request.get_data())
-        except ValueError:
-            transaction = None
-        if not isinstance(transaction, dict):
-            return _problem(400, "invalid_json", "the check body must be a JSON object")
-        try:
-            resolution = Resolution(checker.check(transaction))
-        except Exception as exc:  # the producer's code: answer 500, don't crash
-            log.exception("checker failed on transaction %s", transaction.get("transaction_id"))
-            return _problem(500, "checker_error", f"{type(exc).__name__}: {exc}")
-        return Response(json.dumps({"resolution": resolution.value}),
-                        mimetype="application/json")
-
-    return app
-
-
-def _problem(status: int, code: str, detail: str) -> Response:
-    body = {"type": f"urn:txmsg:problem:{code}", "title": code.replace("_", " "),
-            "status": status, "detail": detail, "code": code}
-    return Response(json.dumps(body), status=status, mimetype="application/problem+json")
-
-
-class _QuietHandler(WSGIRequestHandler):
-    def log_request(self, *args: Any, **kwargs: Any) -> None:
-        pass  # one access-log line per check is noise in the producer's logs
-
-
-class CheckerServer:
-    """``checker_app`` on a real socket in a background thread (``url`` to register)."""
-
-    def __init__(self, checker: TransactionChecker, host: str = "127.0.0.1", port: int = 0,
-                 path: str = "/check") -> None:
-        self._server: BaseWSGIServer = make_server(host, port, checker_app(checker),
-                                                   threaded=True, request_handler=_QuietHandler)
-        self.url = f"http://{host}:{self._server.server_port}{path}"
-        self._thread = threading.Thread(target=self._server.serve_forever,
-                                        name="txmsg-checker-callback", daemon=True)
-        self._thread.start()
-
-    def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=5)
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

@@ -1,0 +1,29 @@
+"""Producer SDK for txmsg: send half messages, commit or roll back, and answer checks.
+
+RocketMQ's transactional producer, over HTTP::
+
+    producer = Producer("http://127.0.0.1:8080", "orders-svc")
+    producer.register(["http://10.0.0.5:9000/check"])
+    result = producer.send_in_transaction(
+        message("orders", '{"id": 42}'), lambda sent: place_order(sent["transaction_id"]))
+
+``local_transaction`` returns a ``Resolution``: COMMIT and ROLLBACK are applied at once;
+UNKNOWN (or an exception, which is raised again) leaves the transaction to the check,
+where the service asks the group's callback, served by ``txmsg_client.callback``
+(``checker_app(checker)``, ``CheckerServer``; the ``[callback]`` extra, werkzeug).
+This package depends on ``requests`` only, never on the service's code.
+"""
+
+from txmsg_client.errors import TxmsgError
+from txmsg_client.producer import Message, Producer, TransactionResult, message
+from txmsg_client.resolution import Resolution, TransactionChecker
+
+__all__ = [
+    "Message",
+    "Producer",
+    "Resolution",
+    "TransactionChecker",
+    "TransactionResult",
+    "TxmsgError",
+    "message",
+]
