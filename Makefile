@@ -6,10 +6,10 @@ PYTEST_ARGS ?=
 
 .PHONY: install system-deps demo test lint bench clean
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml clients/python/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e ".[dev]"
+	$(PY) -m pip install -q -e ".[dev]" -e "./clients/python[callback]"
 	touch $@
 
 system-deps:
@@ -24,7 +24,7 @@ test: install lint
 	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
 lint: $(VENV)/.installed
-	$(VENV)/bin/ruff check app checker spark_outbox migrations tests scripts bench
+	$(VENV)/bin/ruff check app checker spark_outbox migrations tests scripts bench clients
 	$(VENV)/bin/lint-imports
 
 bench: install

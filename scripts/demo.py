@@ -19,8 +19,8 @@ import time
 from pathlib import Path
 
 import requests
-
-from app.client import CheckerServer, Producer, Resolution, message
+from txmsg_client import Producer, Resolution, message
+from txmsg_client.callback import CheckerServer
 
 ROOT = Path(__file__).resolve().parent.parent
 VAR = ROOT / "var" / "demo"

@@ -6,15 +6,9 @@ from typing import Any
 
 import pytest
 import requests
+from txmsg_client import Producer, Resolution, TransactionResult, TxmsgError, message
+from txmsg_client.callback import CheckerServer
 
-from app.client import (
-    CheckerServer,
-    Producer,
-    Resolution,
-    TransactionResult,
-    TxmsgError,
-    message,
-)
 from tests.callbacks import wait_until
 from tests.conftest import LiveServer
 from tests.integration.checker_harness import harness, harness_factory  # noqa: F401
