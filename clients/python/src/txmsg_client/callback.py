@@ -30,7 +30,7 @@ def checker_app(checker: TransactionChecker) -> Callable[..., Any]:
     500 (the service counts the check as unanswered and asks the group's next URL).
     """
 
-    @Request.application  # type: ignore[arg-type]
+    @Request.application
     def app(request: Request) -> Response:
         if request.method != "POST":
             return _problem(405, "method_not_allowed", "the check callback takes POST")
