@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from alembic import context
-from sqlalchemy import text
+from sqlalchemy import Connection, text
 
 from app.config import Settings
 from app.storage.db import make_engine
@@ -27,9 +27,10 @@ def run_migrations_online() -> None:
         engine.dispose()
 
 
-def _run(connection) -> None:  # type: ignore[no-untyped-def]
+def _run(connection: Connection) -> None:
     postgres = connection.dialect.name == "postgresql"
     if postgres:
+        # a second migrator waits for the first on the advisory lock, at most lock_timeout
         connection.execute(text("SET lock_timeout = '10s'"))
         connection.execute(text("SET statement_timeout = '120s'"))
         connection.execute(text("SELECT pg_advisory_lock(:k)"), {"k": MIGRATION_LOCK_ID})
@@ -41,11 +42,14 @@ def _run(connection) -> None:  # type: ignore[no-untyped-def]
             transaction_per_migration=True,
             render_as_batch=connection.dialect.name == "sqlite",
             compare_type=True,
+            compare_server_default=True,
         )
         context.run_migrations()
         connection.commit()
     finally:
         if postgres:
+            if connection.in_transaction():  # a failed run: unlocking must not hide its error
+                connection.rollback()
             connection.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": MIGRATION_LOCK_ID})
             connection.commit()
 

@@ -1,17 +1,15 @@
 """Shared fixtures: both stores (SQLite file, real PostgreSQL) migrated with Alembic.
 
 Each store is migrated once per test session; each test then starts from empty tables
-(SQLite: a copy of the migrated file; PostgreSQL: TRUNCATE). In CI (CI=true) a
-PostgreSQL that cannot be reached fails the tests instead of skipping them.
+(SQLite: a copy of the migrated file; PostgreSQL: TRUNCATE). PostgreSQL databases come
+from ``tests/databases.py``.
 """
 
 from __future__ import annotations
 
-import os
 import shutil
 import socket
 import threading
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,35 +21,15 @@ from app.config import Settings
 from app.storage.db import upgrade_to_head
 from app.storage.schema import metadata
 from app.web import create_app
-
-PG_ADMIN_URL = os.environ.get("TXMSG_TEST_PG_URL",
-                              "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
-IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
-
-
-def _pg_url(dbname: str) -> str:
-    return PG_ADMIN_URL.rsplit("/", 1)[0] + "/" + dbname
+from tests.databases import scratch_pg_database
 
 
 @pytest.fixture(scope="session")
 def pg_database() -> Iterator[str]:
     """A migrated PostgreSQL database for this test session (dropped at the end)."""
-    admin = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
-    name = f"txmsg_test_{os.getpid()}_{uuid.uuid4().hex[:6]}"
-    try:
-        with admin.connect() as conn:
-            conn.execute(text(f'CREATE DATABASE "{name}"'))
-    except Exception as exc:  # noqa: BLE001 - any failure to reach PostgreSQL
-        admin.dispose()
-        if IN_CI:
-            pytest.fail(f"PostgreSQL unreachable in CI: {exc}")
-        pytest.skip(f"PostgreSQL unreachable: {exc}")
-    url = _pg_url(name)
-    upgrade_to_head(Settings(database_url=url))
-    yield url
-    with admin.connect() as conn:
-        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-    admin.dispose()
+    with scratch_pg_database() as url:
+        upgrade_to_head(Settings(database_url=url))
+        yield url
 
 
 @pytest.fixture(scope="session")

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import create_engine, text
 
-from tests.conftest import PG_ADMIN_URL
+from tests.databases import PG_ADMIN_URL
 
 ROOT = Path(__file__).resolve().parents[2]
 

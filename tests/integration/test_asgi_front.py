@@ -25,7 +25,7 @@ from app.domain.messages import parse_transaction
 from app.web import create_app
 from tests.asgi_client import AsgiClient
 from tests.conftest import make_settings
-from tests.integration import test_bad_input
+from tests.integration import bad_input_cases
 
 TAGS = ("AAON", "AAOF")  # the same length, so that both apps' answers line up
 _SERVER_ID = re.compile(r"[0-9A-F]{32}")  # a transaction id the server chose
@@ -111,7 +111,7 @@ class Side:
 def sides(database_url: str) -> Iterator[tuple[Side, Side]]:
     pair = []
     for tag, front in zip(TAGS, (True, False), strict=True):
-        app = create_app(make_settings(database_url, max_body_bytes=test_bad_input.MAX_BODY))
+        app = create_app(make_settings(database_url, max_body_bytes=bad_input_cases.MAX_BODY))
         pair.append(Side(app, tag, front))
     for side in pair:
         put = side.call("PUT", "/v1/producer-groups/gTAG",
@@ -166,7 +166,7 @@ LIFECYCLE = [
     step("POST", SEND, 400, data=b"{not json"),
     step("POST", SEND, 400, data=b""),
     step("POST", SEND, 400, data=b"[1, 2]"),
-    step("POST", SEND, 413, json={**MSG, "body": "x" * (test_bad_input.MAX_BODY + 1)}),
+    step("POST", SEND, 413, json={**MSG, "body": "x" * (bad_input_cases.MAX_BODY + 1)}),
     # not served by the front's hot routes: Flask answers both ways
     step("POST", SEND, 201, hot=False, stream=[b'{"transaction_id": "xTAG-3", ',
                                                b'"topic": "tTAG", "body": "chunked"}']),
@@ -216,20 +216,21 @@ def test_a_send_in_several_body_messages_is_read_whole(sides: tuple[Side, Side])
     assert front.flask_saw == []
 
 
-@pytest.mark.parametrize("case", [c for c in test_bad_input.CASES
+def _ours(path: str) -> str:
+    return path.replace(bad_input_cases.GROUP, "gTAG")
+
+
+@pytest.mark.parametrize("case", [c for c in bad_input_cases.CASES
                                   if c.values[0].method == "POST"])
-def test_refusals_match(sides: tuple[Side, Side], case: test_bad_input.Case) -> None:
+def test_refusals_match(sides: tuple[Side, Side], case: bad_input_cases.Case) -> None:
     c = case
-    for side in sides:  # as test_bad_input's ``seeded``
-        for txid in ("t-open", "t-rolled"):
-            assert side.call("POST", SEND, json={"transaction_id": txid,
-                                                  **test_bad_input.MSG}).status == 201
-        assert side.call("POST", f"{SEND}/t-rolled/rollback").status == 200
-    path = re.sub(r"orders-svc", "gTAG", c.path)
+    for side in sides:
+        for method, path, json, status in bad_input_cases.SEED:
+            assert side.call(method, _ours(path), json=json).status == status
     kwargs: dict[str, Any] = {"data": c.data} if c.data is not None else {}
-    if c.json is not test_bad_input._UNSET:
+    if c.json is not bad_input_cases.UNSET:
         kwargs["json"] = c.json
-    answers = [side.call(c.method, path, **kwargs) for side in sides]
+    answers = [side.call(c.method, _ours(c.path), **kwargs) for side in sides]
     assert answers[0] == answers[1]
     assert answers[0].status == c.status
 

@@ -10,28 +10,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import schemathesis
 from hypothesis import HealthCheck, settings
 from jsonschema import Draft202012Validator
 from openapi_spec_validator import validate
 from openapi_spec_validator.validation.exceptions import OpenAPIValidationError
-from schemathesis.checks import not_a_server_error
-from schemathesis.specs.openapi.checks import (
-    content_type_conformance,
-    negative_data_rejection,
-    response_headers_conformance,
-    response_schema_conformance,
-    status_code_conformance,
-)
 
 from app.api.openapi import openapi_document
 from app.web import create_app
 from tests.callbacks import answer, wait_until
 from tests.conftest import make_settings
+from tests.fuzz import CHECKS, REGISTER, SEED, check_problem, schema
 from tests.integration.checker_harness import Harness, harness, harness_factory  # noqa: F401
 
 HTTP_METHODS = {"get", "put", "post", "delete", "patch", "head", "options", "trace"}
-FUZZ_GROUP = "orders-svc"  # the document's example producer group
 
 
 @pytest.fixture(scope="module")
@@ -134,45 +125,19 @@ def test_the_app_serves_the_document(sqlite_app) -> None:  # type: ignore[no-unt
     assert r.json == openapi_document()
 
 
-def _register(client) -> None:  # type: ignore[no-untyped-def]
-    r = client.put(f"/v1/producer-groups/{FUZZ_GROUP}",
-                   json={"check_urls": ["http://127.0.0.1:9/check"]})
-    assert r.status_code == 200
+def _call(client, step: tuple[str, str, Any, int]) -> None:  # type: ignore[no-untyped-def]
+    method, path, json, status = step
+    r = client.open(path, method=method, json=json)
+    assert r.status_code == status, r.json
 
 
 @pytest.fixture(scope="module")
 def fuzz_app(sqlite_app):  # type: ignore[no-untyped-def]
-    """The app with the document's example group, one committed and one open transaction."""
+    """The app in the state the fuzz starts from (``tests.fuzz.SEED``)."""
     client = sqlite_app.test_client()
-    _register(client)
-    for txid, op in (("order-1001", "commit"), ("order-1002", None)):
-        sent = client.post(f"/v1/producer-groups/{FUZZ_GROUP}/transactions",
-                           json={"transaction_id": txid, "topic": "orders", "body": "hi"})
-        assert sent.status_code == 201
-        if op:
-            r = client.post(f"/v1/producer-groups/{FUZZ_GROUP}/transactions/{txid}/{op}")
-            assert r.status_code == 200
+    for step in SEED:
+        _call(client, step)
     return sqlite_app
-
-
-# loaded eagerly from the document (the app serves the same, tested above): schemathesis'
-# lazy from_fixture loader does not run on pytest 9
-schema = schemathesis.openapi.from_dict(openapi_document())
-
-
-# what every fuzzed answer is held to, in process here and over HTTP in
-# tests/acceptance/test_served_fuzz.py
-CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance,
-          response_headers_conformance, response_schema_conformance, negative_data_rejection]
-
-
-def check_problem(response: Any) -> None:
-    """An error answer is problem+json with a stable code and its own status."""
-    if response.status_code >= 400:
-        assert response.headers["content-type"][0].startswith("application/problem+json")
-        body = response.json()
-        assert re.fullmatch(r"[a-z0-9]+(_[a-z0-9]+)*", body["code"])
-        assert body["status"] == response.status_code
 
 
 @pytest.mark.slow
@@ -183,7 +148,7 @@ def test_app_conforms_to_its_document(case, fuzz_app) -> None:  # type: ignore[n
     """Positive and negative cases: no 5xx, documented statuses, content types and bodies,
     schema-invalid input refused, every error problem+json with a code."""
     if case.method == "POST":  # a fuzzed DELETE may have removed the group
-        _register(fuzz_app.test_client())
+        _call(fuzz_app.test_client(), REGISTER)
     check_problem(case.call_and_validate(app=fuzz_app, checks=CHECKS))
 
 

@@ -1,0 +1,54 @@
+"""The suite's own layout: no test module imports another. Shared cases and helpers live in
+modules of their own (``tests/fuzz.py``, ``tests/integration/bad_input_cases.py``, ...), so
+a test module's tests run once, where they are, and its fixtures stay its own."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+TESTS = Path(__file__).resolve().parent
+
+
+def imports_of_test_modules(source: str) -> list[str]:
+    """The imports in ``source`` that name a ``test_*`` module, absolute or relative."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = "." * node.level + (node.module or "")
+            sep = "" if base.endswith(".") else "."
+            names = [base] + [f"{base}{sep}{alias.name}" for alias in node.names]
+        else:
+            continue
+        found += [name for name in names
+                  if any(part.startswith("test_") for part in name.split("."))]
+    return found
+
+
+def test_no_test_module_imports_another() -> None:
+    offenders = {str(path.relative_to(TESTS)): found for path in sorted(TESTS.rglob("*.py"))
+                 if (found := imports_of_test_modules(path.read_text()))}
+    assert offenders == {}
+
+
+def test_the_finder_sees_every_form_of_import() -> None:
+    source = """
+import tests.integration.test_lifecycle
+from tests.integration import test_bad_input, helpers
+from tests.integration.test_openapi import CHECKS
+from .test_client import x
+from . import test_messages
+from tests.integration.helpers import register
+from tests.fuzz import check_problem
+"""
+    assert imports_of_test_modules(source) == [
+        "tests.integration.test_lifecycle",
+        "tests.integration.test_bad_input",
+        "tests.integration.test_openapi",
+        "tests.integration.test_openapi.CHECKS",
+        ".test_client",
+        ".test_client.x",
+        ".test_messages",
+    ]
