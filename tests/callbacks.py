@@ -87,6 +87,11 @@ class CallbackServer:
             return [c["check_times"] for c in self.checks
                     if c["transaction_id"] == transaction_id]
 
+    def in_flight(self) -> int:
+        """Checks received and not answered yet."""
+        with self._lock:
+            return sum(self._in_flight.values())
+
     def received(self, transaction_id: str) -> list[dict[str, Any]]:
         with self._lock:
             return [c for c in self.checks if c["transaction_id"] == transaction_id]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -12,14 +13,22 @@ from pathlib import Path
 import pytest
 import requests
 
+from tests.callbacks import wait_until
 from tests.conftest import free_port
 
 TXMSG = str(Path(sys.executable).parent / "txmsg")
 
 
 class Served:
+    """A ``txmsg serve`` process, in a session of its own: Granian's workers are its
+    children, and a worker outlives a main process killed alone."""
+
     def __init__(self, proc: subprocess.Popen, url: str, log: Path) -> None:
         self.proc, self.url, self.log = proc, url, log
+
+    @property
+    def port(self) -> int:
+        return int(self.url.rsplit(":", 1)[1])
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -29,6 +38,15 @@ class Served:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(timeout=5)
+        self.kill()
+
+    def kill(self) -> None:
+        """kill -9 of the whole server (main process and workers), as a crash of its host."""
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait(timeout=30)
 
 
 def clean_env(env: dict[str, str]) -> dict[str, str]:
@@ -43,16 +61,20 @@ def run_txmsg(args: list[str], env: dict[str, str], cwd: Path,
                           capture_output=True, text=True, timeout=timeout)
 
 
-def start_serve(env: dict[str, str], cwd: Path, *extra: str) -> Served:
-    port = free_port()
+def start_serve(env: dict[str, str], cwd: Path, *extra: str, port: int | None = None,
+                timeout: float = 60) -> Served:
+    """Start ``txmsg serve`` (on ``port``, else a free one) and wait until it is ready;
+    a restart on the same port appends to the same log."""
+    port = port or free_port()
     log = cwd / f"serve-{port}.log"
     proc = subprocess.Popen([TXMSG, "serve", "--port", str(port), *extra],
-                            env=clean_env(env), cwd=cwd,
-                            stdout=log.open("w"), stderr=subprocess.STDOUT)
+                            env=clean_env(env), cwd=cwd, start_new_session=True,
+                            stdout=log.open("a"), stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
+            Served(proc, url, log).kill()
             raise AssertionError(f"txmsg serve exited: {log.read_text()}")
         try:
             if requests.get(f"{url}/readyz", timeout=1).status_code == 200:
@@ -60,8 +82,34 @@ def start_serve(env: dict[str, str], cwd: Path, *extra: str) -> Served:
         except requests.RequestException:
             pass
         time.sleep(0.2)
-    proc.kill()
+    Served(proc, url, log).kill()
     raise AssertionError(f"txmsg serve did not become ready: {log.read_text()}")
+
+
+class Checker:
+    """A ``txmsg checker`` process (the check service alone), its output in ``log``."""
+
+    def __init__(self, env: dict[str, str], log: Path) -> None:
+        self.log = log
+        self.proc = subprocess.Popen([TXMSG, "checker"], env=clean_env(env), cwd=log.parent,
+                                     stdout=log.open("a"), stderr=subprocess.STDOUT)
+
+    def output(self) -> str:
+        return self.log.read_text()
+
+    def wait_started(self, timeout: float = 30) -> None:
+        wait_until(lambda: "started" in self.output() or self.proc.poll() is not None,
+                   timeout=timeout, what="the checker to start")
+        assert self.proc.poll() is None, self.output()
+
+    def terminate(self) -> int:
+        self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout=30)
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(timeout=10)
 
 
 @pytest.fixture

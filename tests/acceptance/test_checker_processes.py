@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,32 +15,13 @@ import requests
 from sqlalchemy import text
 
 from app.web import create_app
-from tests.acceptance.conftest import TXMSG, clean_env
+from tests.acceptance.conftest import Checker
 from tests.callbacks import CallbackServer, Reply, answer, wait_until
 from tests.conftest import make_settings
 
 CHECKER_ENV = {"TXMSG_TRANSACTION_TIMEOUT_SECONDS": "0", "TXMSG_CHECK_INTERVAL_SECONDS": "0",
                "TXMSG_CHECK_MAX_TIMES": "3", "TXMSG_CHECKER_POLL_SECONDS": "0.1",
                "TXMSG_CHECKER_CONCURRENCY": "3", "TXMSG_CHECKER_LEASE_SECONDS": "1"}
-
-
-class Checker:
-    def __init__(self, env: dict[str, str], log: Path) -> None:
-        self.log = log
-        self.proc = subprocess.Popen([TXMSG, "checker"], env=clean_env(env), cwd=log.parent,
-                                     stdout=log.open("w"), stderr=subprocess.STDOUT)
-
-    def output(self) -> str:
-        return self.log.read_text()
-
-    def wait_started(self) -> None:
-        wait_until(lambda: "started" in self.output() or self.proc.poll() is not None,
-                   what="the checker to start")
-        assert self.proc.poll() is None, self.output()
-
-    def terminate(self) -> int:
-        self.proc.send_signal(signal.SIGTERM)
-        return self.proc.wait(timeout=30)
 
 
 @pytest.fixture
@@ -56,8 +36,7 @@ def checkers(tmp_path: Path) -> Iterator[Any]:
     yield start
     for checker in started:
         if checker.proc.poll() is None:
-            checker.proc.kill()
-            checker.proc.wait(timeout=10)
+            checker.kill()
 
 
 @pytest.fixture
