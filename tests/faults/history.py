@@ -205,9 +205,9 @@ def _answers(history: History, calls: list[Call]) -> list[str]:
         elif c.status == 503:
             if c.content_type != PROBLEM or not isinstance(c.body, dict) \
                     or c.body.get("code") != "database_unavailable":
-                bad.append(f"{what}: 503 {c.content_type} {c.body!r}")
+                bad.append(f"{what}: 503 {c.content_type} {c.body!r:.300}")
         elif not c.ok:
-            bad.append(f"{what}: {c.status} {c.content_type} {c.body!r}")
+            bad.append(f"{what}: {c.status} {c.content_type} {c.body!r:.300}")
     return bad
 
 
