@@ -95,20 +95,23 @@ class History:
     def was_down(self, target: str, start: float, end: float) -> bool:
         return any(s <= end and (e is None or start <= e) for s, e in self.down.get(target, []))
 
-    def successes(self, kinds: Iterable[str], since: float) -> int:
+    def successes(self, since: float, target: str | None = None,
+                  kinds: Iterable[str] = ("commit",)) -> int:
+        """Requests begun after ``since`` (on ``target``, else any) that succeeded."""
         kinds = set(kinds)
         with self._lock:
-            return sum(1 for c in self.calls if c.kind in kinds and c.ok and c.start >= since)
+            return sum(1 for c in self.calls if c.kind in kinds and c.ok and c.start >= since
+                       and target in (None, c.target))
 
     def wait_for_successes(self, count: int, since: float, timeout: float,
-                           kinds: Iterable[str] = ("commit",)) -> bool:
-        """Whether ``count`` requests begun after ``since`` succeeded within ``timeout``."""
+                           target: str | None = None) -> bool:
+        """Whether ``count`` commits begun after ``since`` succeeded within ``timeout``."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if self.successes(kinds, since) >= count:
+            if self.successes(since, target) >= count:
                 return True
             time.sleep(0.05)
-        return self.successes(kinds, since) >= count
+        return self.successes(since, target) >= count
 
     def snapshot(self) -> list[Call]:
         with self._lock:
@@ -178,9 +181,10 @@ def check_history(history: History, final: dict[str, list[dict[str, Any]]],
     for txid in rolled_back:
         if txid in visible_by_txn:
             bad.append(f"acknowledged rollback of {txid}, yet visible: {visible_by_txn[txid]}")
+    asked_to_commit = {c.txid for c in calls if c.kind == "commit"}
     for txid, ids in visible_by_txn.items():
         plan = plan_of(txid)
-        if plan == "rollback" or (plan == "abandon" and decided(txid) != "COMMIT"):
+        if txid not in asked_to_commit and (plan != "abandon" or decided(txid) != "COMMIT"):
             bad.append(f"{txid} ({plan}, callback {decided(txid)}) is visible: nobody "
                        f"committed it")
         if txid in sent and sorted(ids) != sorted(sent[txid]):

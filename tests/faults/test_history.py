@@ -78,6 +78,7 @@ def test_a_history_that_keeps_the_contract_passes() -> None:
     ("rollback visible", "acknowledged rollback of t3-r"),
     ("abandoned rollback visible", "nobody committed it"),
     ("abandoned commit missing", "yes-a was committed by its check callback"),
+    ("commit never asked", "nobody committed it"),
     ("partial transaction", "sent as"),
     ("500", "500"),
     ("503 without its code", "503"),
@@ -103,6 +104,9 @@ def test_each_break_of_the_contract_is_found(change: str, found: str) -> None:
         o.append(_visible((3, "m5", "no-a"))[0])
     elif change == "abandoned commit missing":
         del o[2]
+    elif change == "commit never asked":
+        h.calls.append(_sent("t4-c", "m6"))
+        o.append(_visible((3, "m6", "t4-c"))[0])
     elif change == "partial transaction":
         h.calls[0] = _sent("t1-c", "m1", "m9")
     elif change == "500":
