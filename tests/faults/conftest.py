@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.acceptance.conftest import run_txmsg
-from tests.conftest import IN_CI
+from tests.databases import IN_CI
 from tests.faults.campaign import Campaign
 from tests.faults.cluster import PgCluster, unavailable_reason
 
