@@ -7,10 +7,12 @@ their parameters, which problem codes each operation may answer, examples and pr
 ``tests/integration/test_openapi.py`` holds the document to the routes and fuzzes the
 app against it.
 
-Adding a route: give its request body a pydantic model (next to the others it resembles)
-and its answer a shape in ``app.api.schemas``, then add the operation to ``_paths`` with
-``_operation``, naming those types. Their schemas, and those of the types they use,
-become components by themselves (one per class, named after it).
+Adding a route: its request body gets a pydantic model in the domain (the one that
+validates it, as in ``app.domain.messages``), its answer a shape in ``app.api.schemas``;
+then one entry in ``_Builder.paths`` calls ``operation`` with those types, its problem
+codes and its parameters (new ones go in ``_Builder.parameters``). The types' schemas,
+and those of the types they use, become components by themselves, one per class and
+named after it. ``test_every_route_is_documented...`` fails until the route is here.
 """
 
 from __future__ import annotations
@@ -84,8 +86,7 @@ class _Components:
             adapters.setdefault(id(tp), TypeAdapter(tp))
         by_key, defs = TypeAdapter.json_schemas(
             [((id(tp), mode), mode, adapters[id(tp)]) for tp, mode, _ in self._wanted],
-            ref_template=REF_TEMPLATE, schema_generator=_Generator,
-            union_format="primitive_type_array")
+            ref_template=REF_TEMPLATE, schema_generator=_Generator)
         for tp, mode, placeholder in self._wanted:
             placeholder.update(copy.deepcopy(by_key[((id(tp), mode), mode)]))
         return dict(sorted(defs.get("$defs", {}).items()))
