@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import re
+from typing import Annotated
+
+from pydantic import Field, StrictStr
 
 from app.errors import InvalidRequest
 
@@ -13,6 +16,17 @@ SYSTEM_TOPIC_PREFIX = "RMQ_SYS_"
 # ids travel in URL paths and text columns (PostgreSQL text refuses NUL)
 TRANSACTION_ID_PATTERN = r"^[^\s/?#\x00-\x1f\x7f]{1,128}$"
 _ID_RE = re.compile(TRANSACTION_ID_PATTERN)
+
+# The names as JSON Schema (the OpenAPI document): the patterns are checked in code, by the
+# functions below and the models' validators, which answer with their own error codes,
+# so they are given to the schema only (json_schema_extra), never to pydantic to enforce.
+Name = Annotated[StrictStr, Field(json_schema_extra={"pattern": NAME_PATTERN})]
+TopicName = Annotated[Name, Field(description=(
+    f"Topic name. Topics starting `{SYSTEM_TOPIC_PREFIX}` are internal (neither sendable nor "
+    f"readable); `{DISCARD_TOPIC}` is readable, not sendable."))]
+GroupName = Annotated[Name, Field(description="Producer group name.")]
+TransactionId = Annotated[StrictStr, Field(json_schema_extra={
+    "pattern": TRANSACTION_ID_PATTERN, "maxLength": 128})]
 
 
 def is_valid_name(name: object) -> bool:

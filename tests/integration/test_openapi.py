@@ -4,6 +4,7 @@ conforms to it under fuzzing (schemathesis against the in-process WSGI app, on S
 from __future__ import annotations
 
 import base64
+import functools
 import re
 import shutil
 from pathlib import Path
@@ -16,6 +17,17 @@ from openapi_spec_validator import validate
 from openapi_spec_validator.validation.exceptions import OpenAPIValidationError
 
 from app.api.openapi import openapi_document
+from app.domain.messages import (
+    MAX_CHECK_URLS,
+    MAX_KEYS,
+    MAX_MESSAGES,
+    MessageIn,
+    ProducerGroupIn,
+    SingleMessageTransactionIn,
+    TransactionIn,
+    parse_producer_group,
+    parse_transaction,
+)
 from app.web import create_app
 from tests.callbacks import answer, wait_until
 from tests.conftest import make_settings
@@ -115,8 +127,40 @@ def test_the_document_carries_the_contract_details() -> None:
         "$ref": "#/components/schemas/CheckRequest"}
     assert set(schemas["CheckRequest"]["required"]) == {
         "producer_group", "transaction_id", "check_times", "created_at", "messages"}
-    assert schemas["CheckResponse"]["properties"]["resolution"]["enum"] == [
-        "COMMIT", "ROLLBACK", "UNKNOWN"]
+    resolution = schemas["CheckResponse"]["properties"]["resolution"]
+    assert resolution == {"$ref": "#/components/schemas/Resolution"}
+    assert schemas["Resolution"]["enum"] == ["COMMIT", "ROLLBACK", "UNKNOWN"]
+
+
+def test_component_schemas_are_the_models() -> None:
+    """Requests are described by the models that validate them, field for field and limit
+    for limit; the single-message form has a message's fields and a send's options."""
+    schemas = openapi_document()["components"]["schemas"]
+    for model in (MessageIn, TransactionIn, ProducerGroupIn, SingleMessageTransactionIn):
+        assert set(schemas[model.__name__]["properties"]) == set(model.model_fields)
+        assert schemas[model.__name__]["additionalProperties"] is False
+    assert set(SingleMessageTransactionIn.model_fields) == (
+        set(MessageIn.model_fields) | set(TransactionIn.model_fields) - {"messages"})
+    assert schemas["MessageIn"]["properties"]["keys"]["maxItems"] == MAX_KEYS
+    assert schemas["TransactionIn"]["properties"]["messages"]["maxItems"] == MAX_MESSAGES
+    assert schemas["ProducerGroupIn"]["properties"]["check_urls"]["maxItems"] == MAX_CHECK_URLS
+    send = openapi_document()["paths"]["/v1/producer-groups/{group}/transactions"]["post"]
+    assert send["requestBody"]["content"]["application/json"]["schema"] == {"oneOf": [
+        {"$ref": "#/components/schemas/TransactionIn"},
+        {"$ref": "#/components/schemas/SingleMessageTransactionIn"}]}
+
+
+def test_the_examples_are_valid_requests() -> None:
+    """Each request example passes both the document's schema and the model's validation."""
+    paths = openapi_document()["paths"]
+    for path, parse in (("/v1/producer-groups/{group}", parse_producer_group),
+                        ("/v1/producer-groups/{group}/transactions",
+                         functools.partial(parse_transaction, max_body_bytes=1024))):
+        op = next(op for op in paths[path].values() if "requestBody" in op)
+        media = op["requestBody"]["content"]["application/json"]
+        for example in media["examples"].values():
+            parse(example["value"])
+            conforms_to(media["schema"], example["value"])
 
 
 def test_the_app_serves_the_document(sqlite_app) -> None:  # type: ignore[no-untyped-def]
@@ -153,13 +197,16 @@ def test_app_conforms_to_its_document(case, fuzz_app) -> None:  # type: ignore[n
 
 
 def conforms(instance: Any, schema_name: str) -> None:
-    doc = openapi_document()
+    conforms_to({"$ref": f"#/components/schemas/{schema_name}"}, instance)
+
+
+def conforms_to(schema: dict[str, Any], instance: Any) -> None:
     validator = Draft202012Validator(
-        {"components": doc["components"], "$ref": f"#/components/schemas/{schema_name}"},
+        {"components": openapi_document()["components"], **schema},
         format_checker=Draft202012Validator.FORMAT_CHECKER)
     errors = [f"{'/'.join(map(str, e.absolute_path))}: {e.message}"
               for e in validator.iter_errors(instance)]
-    assert not errors, (schema_name, errors, instance)
+    assert not errors, (schema, errors, instance)
 
 
 def test_checks_and_states_the_fuzzer_cannot_reach_conform(harness: Harness) -> None:  # noqa: F811

@@ -1,0 +1,238 @@
+"""The shapes of the API's answers (and of the check callback it sends), for its OpenAPI document.
+
+The domain builds its answers as plain dicts and the hot routes write them out as they
+are, so nothing validates against these at run time: they are TypedDicts, which describe
+a dict exactly, keys that may be absent (``NotRequired``) included, and from which
+pydantic derives the JSON Schema (``app.api.openapi``). Tests may validate answers
+against them. Request bodies are the domain's models (``app.domain.messages``).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Literal, NotRequired
+
+from pydantic import ConfigDict, Field, with_config
+from typing_extensions import TypedDict  # pydantic needs this one before Python 3.12
+
+from app.api.http import MAX_INT64
+from app.domain.messages import MAX_CHECK_URLS, Body, BodyBase64, HttpUrl, Keys, Properties, Tag
+from app.domain.names import DISCARD_TOPIC, GroupName, TopicName, TransactionId
+from app.vocabulary import Resolution, State
+
+# the API answers with exactly these fields
+_CLOSED = ConfigDict(extra="forbid")
+# exactly one of body / body_base64
+_ONE_BODY = ConfigDict(extra="forbid", json_schema_extra={
+    "oneOf": [{"required": ["body"]}, {"required": ["body_base64"]}]})
+
+Timestamp = Annotated[datetime, Field(description="RFC 3339, UTC.")]
+MessageId = Annotated[str, Field(description="Server-generated, globally unique.")]
+Offset = Annotated[int, Field(ge=0, le=MAX_INT64, description="Dense per topic, from 0.")]
+CheckUrls = Annotated[list[HttpUrl], Field(min_length=1, max_length=MAX_CHECK_URLS)]
+CheckTimeoutMs = Annotated[int, Field(ge=100, le=60000)]
+
+
+@with_config(_CLOSED)
+class ProducerGroup(TypedDict):
+    producer_group: GroupName
+    check_urls: CheckUrls
+    check_timeout_ms: CheckTimeoutMs
+    created_at: Timestamp
+    updated_at: Timestamp
+
+
+@with_config(_CLOSED)
+class SentMessage(TypedDict):
+    message_id: MessageId
+    topic: TopicName
+
+
+@with_config(_CLOSED)
+class SentTransaction(TypedDict):
+    transaction_id: TransactionId
+    producer_group: GroupName
+    state: Annotated[State, Field(description=(
+        "PREPARED when first sent (201); on a retried send (200), the state the transaction "
+        "has now."))]
+    created_at: Timestamp
+    messages: list[SentMessage]
+
+
+@with_config(_CLOSED)
+class CommittedOffset(TypedDict):
+    message_id: MessageId
+    topic: TopicName
+    offset: Offset
+
+
+@with_config(_CLOSED)
+class CommittedTransaction(TypedDict):
+    transaction_id: TransactionId
+    state: Literal[State.COMMITTED]
+    messages: list[CommittedOffset]
+
+
+@with_config(_CLOSED)
+class RolledBackTransaction(TypedDict):
+    transaction_id: TransactionId
+    state: Literal[State.ROLLED_BACK]
+
+
+@with_config(_CLOSED)
+class ResumedTransaction(TypedDict):
+    transaction_id: TransactionId
+    state: Literal[State.PREPARED]
+
+
+@with_config(_CLOSED)
+class TransactionSummary(TypedDict):
+    transaction_id: TransactionId
+    producer_group: GroupName
+    state: State
+    check_times: Annotated[int, Field(ge=0)]
+    created_at: Timestamp
+    resolved_at: Annotated[datetime | None, Field(description="When committed or rolled back.")]
+    check_url: str | None
+    check_immunity_seconds: Annotated[int, Field(ge=0)]
+    message_count: Annotated[int, Field(ge=1)]
+    next_check_at: NotRequired[Annotated[Timestamp, Field(
+        description="While PREPARED: the next check.")]]
+
+
+@with_config(_CLOSED)
+class TransactionMessage(TypedDict):
+    message_id: MessageId
+    topic: TopicName
+    keys: Keys
+    tag: Tag
+    properties: Properties
+    offset: NotRequired[Annotated[Offset, Field(description="Once committed.")]]
+
+
+@with_config(_CLOSED)
+class Transaction(TransactionSummary):
+    messages: list[TransactionMessage]
+
+
+@with_config(_CLOSED)
+class TransactionList(TypedDict):
+    producer_group: GroupName
+    transactions: list[TransactionSummary]
+    next_after: Annotated[Annotated[str, Field(pattern="^[0-9]+$")] | None, Field(
+        description="Pass as `after` for the next page; null on the last page.")]
+
+
+@with_config(_ONE_BODY)
+class StoredMessage(TypedDict):
+    """A message as its producer sent it."""
+
+    message_id: MessageId
+    topic: TopicName
+    keys: Keys
+    tag: Tag
+    properties: Properties
+    body: NotRequired[Body]
+    body_base64: NotRequired[BodyBase64]
+
+
+@with_config(_ONE_BODY)
+class CommittedMessage(TypedDict):
+    """A message in a page of its topic (which the page names once)."""
+
+    offset: Offset
+    message_id: MessageId
+    transaction_id: TransactionId
+    producer_group: GroupName
+    keys: Keys
+    tag: Tag
+    properties: Annotated[Properties, Field(description=(
+        f"On {DISCARD_TOPIC}, also REAL_TOPIC, TRANSACTION_ID, PRODUCER_GROUP and "
+        "CHECK_TIMES."))]
+    body: NotRequired[Body]
+    body_base64: NotRequired[BodyBase64]
+    created_at: Timestamp
+    committed_at: Timestamp
+
+
+@with_config(_CLOSED)
+class TopicPage(TypedDict):
+    topic: TopicName
+    messages: list[CommittedMessage]
+    next_offset: Annotated[Offset, Field(description="The `from_offset` of the next page.")]
+
+
+@with_config(_CLOSED)
+class TopicSummary(TypedDict):
+    topic: TopicName
+    next_offset: Offset
+
+
+@with_config(_CLOSED)
+class TopicList(TypedDict):
+    topics: list[TopicSummary]
+    next_after: Annotated[str | None, Field(
+        description="Cursor for the next page (`after`), null at the end.")]
+
+
+@with_config(_ONE_BODY)
+class Message(StoredMessage):
+    transaction_id: TransactionId
+    producer_group: GroupName
+    state: State
+    created_at: Timestamp
+    offset: NotRequired[Annotated[Offset, Field(description="Once committed.")]]
+    committed_at: NotRequired[Annotated[Timestamp, Field(description="Once committed.")]]
+
+
+@with_config(_CLOSED)
+class Health(TypedDict):
+    status: Literal["ok"]
+
+
+@with_config(_CLOSED)
+class Ready(TypedDict):
+    status: Literal["ready"]
+    revision: str | None
+
+
+@with_config(_CLOSED)
+class CheckRequest(TypedDict):
+    producer_group: GroupName
+    transaction_id: TransactionId
+    check_times: Annotated[int, Field(ge=1, description=(
+        "The number of this check, from 1 to TXMSG_CHECK_MAX_TIMES."))]
+    created_at: Timestamp
+    messages: list[StoredMessage]
+
+
+@with_config(ConfigDict(extra="allow"))
+class CheckResponse(TypedDict, total=False):
+    """A 2xx without a resolution means UNKNOWN."""
+
+    resolution: Resolution
+
+
+@with_config(_CLOSED)
+class FieldError(TypedDict):
+    field: str
+    message: str
+
+
+@with_config(ConfigDict(extra="allow"))
+class Problem(TypedDict):
+    """RFC 9457 problem details plus a stable snake_case `code`."""
+
+    type: Annotated[str, Field(json_schema_extra={"format": "uri"},
+                               description="`urn:txmsg:problem:<code>`.")]
+    title: str
+    status: Annotated[int, Field(ge=400, le=599)]
+    detail: str
+    code: Annotated[str, Field(pattern="^[a-z0-9]+(_[a-z0-9]+)*$")]
+    instance: Annotated[str, Field(description="The request path.")]
+    errors: NotRequired[Annotated[list[FieldError], Field(
+        description="Every validation failure of the request body.")]]
+    parameter: NotRequired[Annotated[str, Field(description="The bad query parameter.")]]
+    state: NotRequired[Annotated[State, Field(description="The transaction's state (on 409).")]]
+    revision: NotRequired[str | None]
+    head: NotRequired[str | None]
