@@ -25,6 +25,12 @@ class Settings(BaseSettings):
     db_pool_timeout_seconds: float = Field(10, gt=0)
     db_connect_timeout_seconds: int = Field(5, ge=1)
     db_statement_timeout_ms: int = Field(30_000, ge=0)
+    # a partition is noticed, not waited out: unacknowledged data gives up after this, and
+    # a silent connection is probed (keepalives) after this idle time (PostgreSQL)
+    db_tcp_user_timeout_ms: int = Field(10_000, ge=0)
+    db_keepalives_idle_seconds: int = Field(10, ge=1)
+    # the longest a send, commit or rollback waits for its group-committed batch (then 503)
+    db_write_timeout_seconds: float = Field(15, gt=0)
     sqlite_busy_timeout_ms: int = Field(10_000, ge=0)
 
     # group commit: the most requests one database transaction carries

@@ -32,6 +32,7 @@ from app.api.http import PROBLEM_MEDIA_TYPE, api_problem, dump_json, http_proble
 from app.api.transactions import check_finish, parse_send, send_answer
 from app.domain.states import Op
 from app.errors import ApiError
+from app.storage.db import unavailable
 
 Scope = dict[str, Any]
 Message = dict[str, Any]
@@ -104,12 +105,15 @@ class Api:
             data = dump_json(body)
         except ApiError as exc:
             status, data, content_type = exc.status, api_problem(exc, path), _PROBLEM
-        except Exception:
-            if self._propagates():
+        except Exception as exc:
+            error = unavailable(exc)
+            if error is not None:
+                status, data, content_type = error.status, api_problem(error, path), _PROBLEM
+            elif self._propagates():
                 raise
-            # as Flask does with an unhandled error: log it, answer 500
-            self._app.logger.exception("Exception on %s [POST]", path)
-            (status, data), content_type = http_problem(InternalServerError(), path), _PROBLEM
+            else:  # as Flask does with an unhandled error: log it, answer 500
+                self._app.logger.exception("Exception on %s [POST]", path)
+                (status, data), content_type = http_problem(InternalServerError(), path), _PROBLEM
         await send({"type": "http.response.start", "status": status,
                     "headers": [(b"content-type", content_type),
                                 (b"content-length", b"%d" % len(data))]})

@@ -9,7 +9,7 @@ from app import metrics
 from app.api.http import json_response, problem, state
 from app.api.openapi import openapi_document
 from app.domain import reads
-from app.storage.db import current_revision, head_revision
+from app.storage.db import current_revision, head_revision, refuses_writes
 
 bp = Blueprint("health", __name__)
 
@@ -22,14 +22,18 @@ def healthz() -> Response:
 
 @bp.get("/readyz")
 def readyz() -> Response:
-    """The database answers and its schema is at the head revision."""
+    """The database answers, takes writes and its schema is at the head revision."""
     head = head_revision()
     try:
         with state().engine.connect() as conn:
             current = current_revision(conn)
+            read_only = refuses_writes(conn)
     except sa_exc.SQLAlchemyError as exc:
         return problem(503, "database_unavailable", "Database unavailable",
                        f"cannot reach the database: {type(exc).__name__}")
+    if read_only:
+        return problem(503, "database_unavailable", "Database unavailable",
+                       "the database refuses writes (read-only, or a standby)")
     if current != head:
         return problem(503, "schema_not_at_head", "Schema not at head",
                        f"schema revision is {current}, head is {head}; run `txmsg migrate`",

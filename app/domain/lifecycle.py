@@ -276,10 +276,12 @@ class Lifecycle:
         self.send_writer: GroupCommitWriter[SendCmd] = GroupCommitWriter(
             engine, apply_sends, max_batch=settings.batch_max_size, name="txmsg-send-writer",
             one_statement=txns.sends_are_one_statement(engine.dialect.name),
-            on_batch=metrics.BATCH_SIZE.labels("send").observe)
+            on_batch=metrics.BATCH_SIZE.labels("send").observe,
+            timeout=settings.db_write_timeout_seconds)
         self.finish_writer: GroupCommitWriter[FinishCmd] = GroupCommitWriter(
             engine, apply_finishes, max_batch=settings.batch_max_size,
-            name="txmsg-finish-writer", on_batch=metrics.BATCH_SIZE.labels("finish").observe)
+            name="txmsg-finish-writer", on_batch=metrics.BATCH_SIZE.labels("finish").observe,
+            timeout=settings.db_write_timeout_seconds)
 
     def send(self, group: str, request: TransactionIn) -> SendResult:
         return self._sent(request, self.send_writer.submit(self._send_cmd(group, request)))

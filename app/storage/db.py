@@ -10,13 +10,18 @@ from typing import ParamSpec, TypeVar
 
 from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy import exc as sa_exc
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import ExceptionContext, make_url
 from sqlalchemy.pool import NullPool
 
 from app.config import Settings
 from app.errors import DatabaseUnavailable
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent.parent.parent / "migrations"
+
+_KEEPALIVES_INTERVAL_SECONDS = 2
+_KEEPALIVES_COUNT = 3
+# SQLSTATE 25006: a write on a read-only server (a standby) or in a read-only transaction
+_READ_ONLY_SQLSTATE = "25006"
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -27,7 +32,7 @@ def make_engine(settings: Settings, *, pool: bool = True) -> Engine:
     url = make_url(settings.database_url)
     if url.get_backend_name() == "sqlite":
         database = url.database
-        if database and database != ":memory:":
+        if database and database != ":memory:" and not url.query.get("uri"):
             Path(database).parent.mkdir(parents=True, exist_ok=True)
         engine = create_engine(
             url,
@@ -55,11 +60,30 @@ def make_engine(settings: Settings, *, pool: bool = True) -> Engine:
         )
     else:
         kwargs["poolclass"] = NullPool
-    return create_engine(
-        url,
-        connect_args={"connect_timeout": settings.db_connect_timeout_seconds, "options": options},
-        **kwargs,
-    )
+    engine = create_engine(url, connect_args=_pg_connect_args(settings, options), **kwargs)
+    event.listen(engine, "handle_error", _failed_ping_is_a_disconnect)
+    return engine
+
+
+def _pg_connect_args(settings: Settings, options: str) -> dict[str, object]:
+    """libpq parameters that bound every wait on the network: the connection attempt, data
+    the server does not acknowledge (tcp_user_timeout) and an answer that never comes on a
+    silent connection (keepalives: a partition is noticed, not waited out)."""
+    return {
+        "connect_timeout": settings.db_connect_timeout_seconds,
+        "options": options,
+        "keepalives": 1,
+        "keepalives_idle": settings.db_keepalives_idle_seconds,
+        "keepalives_interval": _KEEPALIVES_INTERVAL_SECONDS,
+        "keepalives_count": _KEEPALIVES_COUNT,
+        "tcp_user_timeout": settings.db_tcp_user_timeout_ms,
+    }
+
+
+def _failed_ping_is_a_disconnect(ctx: ExceptionContext) -> None:
+    # psycopg's do_ping can mask the lost connection with "can't change 'autocommit' now"
+    if ctx.is_pre_ping:
+        ctx.is_disconnect = True
 
 
 def _configure_sqlite(engine: Engine, settings: Settings) -> None:
@@ -97,17 +121,53 @@ def write_transaction(engine: Engine) -> Iterator[Connection]:
         yield conn
 
 
+def unavailable(exc: BaseException) -> DatabaseUnavailable | None:
+    """The 503 a database failure answers with, or None if ``exc`` is not one (a bug).
+
+    The one list of what counts as the database being unavailable: unreachable or lost
+    (OperationalError, InterfaceError, an invalidated connection), too slow (a statement
+    timeout is an OperationalError; the pool's checkout timeout), or refusing writes (a
+    standby or a read-only database; SQLite's "readonly database" is an OperationalError).
+    """
+    if isinstance(exc, DatabaseUnavailable):
+        return exc
+    if isinstance(exc, sa_exc.TimeoutError):
+        return DatabaseUnavailable(f"no database connection was free in time: {exc}")
+    if not isinstance(exc, sa_exc.DBAPIError):
+        return None
+    cause = type(exc.orig).__name__
+    if getattr(exc.orig, "sqlstate", None) == _READ_ONLY_SQLSTATE:
+        return DatabaseUnavailable(f"the database refuses writes (read-only): {cause}")
+    if isinstance(exc, (sa_exc.OperationalError, sa_exc.InterfaceError)) \
+            or exc.connection_invalidated:
+        return DatabaseUnavailable(f"database unavailable: {cause}")
+    return None
+
+
 def wraps_db_errors(fn: Callable[P, R]) -> Callable[P, R]:
-    """Turn a lost or unreachable database into the domain's DatabaseUnavailable (503)."""
+    """Turn an unavailable database (see ``unavailable``) into DatabaseUnavailable (503)."""
 
     @functools.wraps(fn)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         try:
             return fn(*args, **kwargs)
-        except (sa_exc.OperationalError, sa_exc.InterfaceError, sa_exc.TimeoutError) as exc:
-            raise DatabaseUnavailable(f"database unavailable: {type(exc.orig or exc).__name__}") from exc
+        except sa_exc.SQLAlchemyError as exc:
+            error = unavailable(exc)
+            if error is None:
+                raise
+            raise error from exc
 
     return wrapper
+
+
+def refuses_writes(conn: Connection) -> bool:
+    """Whether the database would refuse a write now (PostgreSQL: a standby, or read-only
+    by default); one cheap query. SQLite cannot tell without writing: False."""
+    if conn.dialect.name != "postgresql":
+        return False
+    return bool(conn.exec_driver_sql(
+        "SELECT pg_is_in_recovery() OR current_setting('transaction_read_only')::bool"
+    ).scalar())
 
 
 def alembic_config(database_url: str):  # type: ignore[no-untyped-def]

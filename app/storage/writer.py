@@ -5,6 +5,12 @@ A single writer thread takes the first waiting request, drains whatever else is 
 more work: a batch flushes as soon as the writer is free or the batch is full. Each
 caller blocks until the transaction holding its request has committed, so every answer
 is sent only after its data is durable.
+
+A deadline bounds the wait: when a batch has run longer than ``timeout`` (the database
+stopped answering: a partition, a stalled proxy), a watchdog answers its requests, and
+those queued behind it, with DatabaseUnavailable. The writer itself goes on waiting for
+the database (the network's own timeouts, see ``app.storage.db``, end a real partition)
+and serves again as soon as it answers.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy import exc as sa_exc
 
 from app.errors import ApiError, DatabaseUnavailable
-from app.storage.db import write_connection
+from app.storage.db import unavailable, write_connection
 
 log = logging.getLogger(__name__)
 
@@ -47,16 +53,22 @@ class _Pending(Generic[T]):
     the condition's own lock with the writer that is still setting the other answers.
     """
 
-    __slots__ = ("_done", "_error", "_value", "item")
+    __slots__ = ("_done", "_error", "_settled", "_value", "item")
 
     def __init__(self, item: T) -> None:
         self.item = item
         self._value: Any = None
         self._error: BaseException | None = None
+        self._settled = False
         self._done = threading.Lock()
         self._done.acquire()
 
     def settle(self, value: Any, error: BaseException | None) -> None:
+        """Answer once (the caller holds the writer's settle lock): the first answer,
+        the watchdog's or the writer's, stands."""
+        if self._settled:
+            return
+        self._settled = True
         self._value, self._error = value, error
         self._done.release()
 
@@ -92,16 +104,18 @@ def _settle_futures(answers: list[tuple[asyncio.Future[Any], Any, BaseException 
             future.set_result(value)
 
 
-def _settle(batch: Sequence[_Pending[Any] | _AsyncPending[Any]], answers: Sequence[Answer]
-            ) -> None:
+def _settle(batch: Sequence[_Pending[Any] | _AsyncPending[Any]], answers: Sequence[Answer],
+            lock: threading.Lock) -> None:
     """Hand each answer to its waiter: a thread's lock is released at once; an event loop
-    is woken once per batch, whatever number of its requests the batch carried."""
+    is woken once per batch, whatever number of its requests the batch carried. A waiter
+    already answered (by the deadline) keeps its first answer."""
     by_loop: dict[asyncio.AbstractEventLoop, list[Any]] = {}
-    for pending, (value, error) in zip(batch, answers, strict=True):
-        if isinstance(pending, _Pending):
-            pending.settle(value, error)
-        else:
-            by_loop.setdefault(pending.loop, []).append((pending.future, value, error))
+    with lock:
+        for pending, (value, error) in zip(batch, answers, strict=True):
+            if isinstance(pending, _Pending):
+                pending.settle(value, error)
+            else:
+                by_loop.setdefault(pending.loop, []).append((pending.future, value, error))
     for loop, futures in by_loop.items():
         try:
             loop.call_soon_threadsafe(_settle_futures, futures)
@@ -121,11 +135,15 @@ class GroupCommitWriter(Generic[T]):
     ``one_statement``: ``apply`` writes with a single statement, atomic and durable by
     itself, and only reads around it; it then runs without BEGIN and COMMIT, which saves
     two round trips per batch.
+
+    ``timeout``: the deadline of a batch (see the module's docstring); every request is
+    answered within about ``timeout`` of the start of the batch ahead of it.
     """
 
     def __init__(self, engine: Engine, apply: ApplyFn, *, max_batch: int = 512,
                  name: str = "txmsg-writer", one_statement: bool = False,
-                 on_batch: Callable[[int], object] | None = None) -> None:
+                 on_batch: Callable[[int], object] | None = None,
+                 timeout: float | None = None) -> None:
         self._engine = engine
         self._apply = apply
         self._one_statement = one_statement
@@ -135,8 +153,15 @@ class GroupCommitWriter(Generic[T]):
         self.stats = WriterStats()
         self._conn: Connection | None = None
         self._last_used = 0.0
+        self._settle_lock = threading.Lock()
+        # (start, batch) while a batch is being written: what the watchdog looks at
+        self._current: tuple[float, list[_Pending[T] | _AsyncPending[T]]] | None = None
+        self._closed = threading.Event()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
+        if timeout is not None:
+            threading.Thread(target=self._watch, args=(timeout,), name=f"{name}-deadline",
+                             daemon=True).start()
 
     def submit(self, item: T) -> Any:
         """Write ``item`` with the next batch; its outcome, once the batch is durable."""
@@ -151,6 +176,7 @@ class GroupCommitWriter(Generic[T]):
         return await pending.future
 
     def close(self) -> None:
+        self._closed.set()
         self._queue.put(None)
         self._thread.join(timeout=10)
 
@@ -175,32 +201,64 @@ class GroupCommitWriter(Generic[T]):
                     self._queue.put(None)
                     break
                 batch.append(nxt)
+            self._current = (time.monotonic(), batch)
             self._flush(batch)
+            self._current = None
+
+    def _watch(self, timeout: float) -> None:
+        """Answer DatabaseUnavailable to a batch past its deadline and to whatever queues
+        behind it, for as long as the writer stays stuck in that batch."""
+        expired: list[Any] | None = None
+        while not self._closed.wait(min(1.0, timeout / 4)):
+            current = self._current
+            if current is None or time.monotonic() - current[0] < timeout:
+                continue
+            started, batch = current
+            late = self._drain()
+            if batch is not expired:
+                expired = batch
+                late = batch + late
+                log.warning("the database has not answered a batch of %d in %.1f s; "
+                            "answering 503 until it does", len(batch), time.monotonic() - started)
+            if late:
+                error = DatabaseUnavailable(f"the database did not answer within {timeout:g} s")
+                _settle(late, [(None, error)] * len(late), self._settle_lock)
+
+    def _drain(self) -> list[_Pending[T] | _AsyncPending[T]]:
+        drained: list[_Pending[T] | _AsyncPending[T]] = []
+        while True:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                return drained
+            if item is None:  # closing: leave the sign for the writer
+                self._queue.put(None)
+                return drained
+            drained.append(item)
 
     def _flush(self, batch: list[_Pending[T] | _AsyncPending[T]], attempt: int = 0) -> None:
         try:
             outcomes = self._transact(batch)
-        except (sa_exc.DBAPIError, sa_exc.SQLAlchemyError) as exc:
-            if _is_lock_conflict(exc) and attempt < 3:
+        except sa_exc.SQLAlchemyError as exc:
+            lock_conflict = _is_lock_conflict(exc)
+            if lock_conflict and attempt < 3:
                 self._flush(batch, attempt + 1)
                 return
-            if len(batch) > 1 and not _is_connectivity(exc):
+            error = unavailable(exc)
+            if len(batch) > 1 and (error is None or lock_conflict):
                 self.stats.fallbacks += 1
                 log.info("batch of %d failed (%s); retrying one by one", len(batch), exc)
                 for pending in batch:
                     self._flush([pending])
                 return
-            error: BaseException = (
-                DatabaseUnavailable(f"database unavailable: {type(exc).__name__}")
-                if _is_connectivity(exc) else exc
-            )
-            _settle(batch, [(None, error)] * len(batch))
+            _settle(batch, [(None, error or exc)] * len(batch), self._settle_lock)
             return
         except BaseException as exc:  # a bug in apply: report it to every waiter, keep serving
             log.exception("group commit batch failed")
-            _settle(batch, [(None, exc)] * len(batch))
+            _settle(batch, [(None, exc)] * len(batch), self._settle_lock)
             return
-        _settle(batch, [(None, o) if isinstance(o, ApiError) else (o, None) for o in outcomes])
+        _settle(batch, [(None, o) if isinstance(o, ApiError) else (o, None) for o in outcomes],
+                self._settle_lock)
 
     def _transact(self, batch: list[_Pending[T] | _AsyncPending[T]]) -> list[Any]:
         items = [p.item for p in batch]
@@ -255,11 +313,6 @@ class GroupCommitWriter(Generic[T]):
                 conn.close()
             except sa_exc.SQLAlchemyError:
                 log.debug("closing the writer's connection failed", exc_info=True)
-
-
-def _is_connectivity(exc: BaseException) -> bool:
-    return isinstance(exc, (sa_exc.OperationalError, sa_exc.InterfaceError, sa_exc.TimeoutError)) \
-        and not _is_lock_conflict(exc)
 
 
 def _is_lock_conflict(exc: BaseException) -> bool:
