@@ -30,8 +30,8 @@ from werkzeug.exceptions import InternalServerError
 
 from app.api.http import PROBLEM_MEDIA_TYPE, api_problem, dump_json, http_problem
 from app.api.transactions import check_finish, parse_send, send_answer
-from app.domain.states import Op
 from app.errors import ApiError
+from app.vocabulary import Op
 
 Scope = dict[str, Any]
 Message = dict[str, Any]
