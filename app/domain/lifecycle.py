@@ -257,8 +257,8 @@ class Lifecycle:
     """The write side of txmsg for one process: two group-commit writers (sends, finishes).
 
     Two writers, not one: a batch of sends and a batch of finishes then run at the same
-    time on two connections: measured, about a quarter more send + commit pairs/s than one
-    writer doing both (whose batches are twice as large but run one after the other).
+    time on two connections, which serves more send + commit pairs than one writer doing
+    both (whose batches are larger but run one after the other).
     """
 
     def __init__(self, engine: Engine, settings: Settings) -> None:
