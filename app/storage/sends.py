@@ -81,7 +81,7 @@ def store_sends(conn: Connection, sends: Sequence[NewTransaction]) -> dict[Key, 
     for s in kept:
         txn_id = inserted.get((s.group, s.transaction_id))
         if txn_id is not None:
-            message_rows.extend(_message_rows(s, txn_id=txn_id))
+            message_rows.extend(_message_rows(s, {"txn_id": txn_id}))
     insert_rows(conn, half_message, message_rows)
     return inserted
 
@@ -94,15 +94,18 @@ def _txn_row(s: NewTransaction) -> dict[str, Any]:
             "next_check_at": s.next_check_at, "created_at": s.created_at}
 
 
-def _message_rows(s: NewTransaction, **owner: Any) -> list[dict[str, Any]]:
+def _message_rows(s: NewTransaction, owner: dict[str, Any]) -> list[dict[str, Any]]:
     """The half_message rows of ``s``; ``owner`` names the transaction (by id, or by key
     on PostgreSQL, where the same statement inserts it)."""
-    now = s.created_at
-    return [{**owner, "message_id": message_id, "seq": seq, "topic": m.topic, "tag": m.tag,
+    now, ids = s.created_at, s.message_ids
+    rows = [{"message_id": ids[seq], "seq": seq, "topic": m.topic, "tag": m.tag,
              "keys": orjson.dumps(m.keys).decode(),
              "properties": orjson.dumps(m.properties).decode(),
              "body": m.raw_body, "body_is_text": m.body_is_text, "created_at": now}
-            for seq, (m, message_id) in enumerate(zip(s.messages, s.message_ids, strict=True))]
+            for seq, m in enumerate(s.messages)]
+    for row in rows:
+        row.update(owner)
+    return rows
 
 
 @functools.cache
@@ -145,7 +148,7 @@ def _store_sends_stmt() -> Select:
 
 def _store_sends_pg(conn: Connection, sends: Sequence[NewTransaction]) -> dict[Key, int]:
     messages = [row for s in sends for row in _message_rows(
-        s, producer_group=s.group, transaction_id=s.transaction_id)]
+        s, {"producer_group": s.group, "transaction_id": s.transaction_id})]
     params = {**_SEND_TXNS.param([_txn_row(s) for s in sends]),
               **_SEND_MESSAGES.param(messages)}
     return {(r.producer_group, r.transaction_id): r.id
