@@ -18,6 +18,10 @@ class State(StrEnum):
     DISCARDED = "DISCARDED"
 
 
+# the states a producer's decision ends in (COMMIT or ROLLBACK, through the API or a check)
+RESOLVED = frozenset({State.COMMITTED, State.ROLLED_BACK})
+
+
 class Op(StrEnum):
     COMMIT = "COMMIT"
     ROLLBACK = "ROLLBACK"

@@ -16,6 +16,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
 import orjson
 import requests
@@ -28,9 +29,9 @@ USER_AGENT = "txmsg-checker/1"
 
 
 class Result(StrEnum):
-    COMMIT = "COMMIT"
-    ROLLBACK = "ROLLBACK"
-    UNKNOWN = "UNKNOWN"
+    COMMIT = Resolution.COMMIT.value
+    ROLLBACK = Resolution.ROLLBACK.value
+    UNKNOWN = Resolution.UNKNOWN.value
     BAD_RESPONSE = "BAD_RESPONSE"
     HTTP_ERROR = "HTTP_ERROR"
     TIMEOUT = "TIMEOUT"
@@ -54,8 +55,10 @@ def new_session() -> requests.Session:
     return session
 
 
-def ask(session: requests.Session, urls: list[str], payload: bytes, timeout: float) -> Answer:
+def ask(session: requests.Session, urls: list[str], body: dict[str, Any],
+        timeout: float) -> Answer:
     """One check: the first 2xx answer decides; timeouts, refusals and non-2xx move on."""
+    payload = orjson.dumps(body, option=orjson.OPT_UTC_Z)
     if not urls:
         return Answer(Result.NO_CALLBACK, Resolution.UNKNOWN, None,
                       "no check_url and no registration for the producer group")
@@ -71,7 +74,7 @@ def ask(session: requests.Session, urls: list[str], payload: bytes, timeout: flo
 
 def _ask_one(session: requests.Session, url: str, payload: bytes, timeout: float) -> Answer:
     # the whole exchange is bounded: connect and first byte by ``timeout`` each, and the
-    # body must be read by 2 x timeout after the start (policy.ATTEMPT_TIMEOUTS)
+    # body must be read by 2 x timeout after the start (``app.domain.checks.ATTEMPT_TIMEOUTS``)
     deadline = time.monotonic() + 2 * timeout
     try:
         with session.post(url, data=payload, timeout=(timeout, timeout), stream=True,

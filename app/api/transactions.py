@@ -11,7 +11,7 @@ from app.domain import reads
 from app.domain.lifecycle import Lifecycle, SendResult
 from app.domain.messages import TransactionIn, parse_transaction
 from app.domain.names import check_group_name, check_transaction_id
-from app.domain.states import Op
+from app.vocabulary import Op
 
 bp = Blueprint("transactions", __name__, url_prefix="/v1/producer-groups/<group>/transactions")
 

@@ -8,10 +8,10 @@ from typing import Any
 import orjson
 from sqlalchemy import Engine, Row
 
-from app.domain.states import State
 from app.errors import InvalidRequest, NotFound
-from app.storage import txns
+from app.storage import reads, topics
 from app.storage.db import wraps_db_errors
+from app.vocabulary import State
 
 
 def body_fields(body: bytes, is_text: bool) -> dict[str, str]:
@@ -47,15 +47,15 @@ def _transaction(row: Row, messages: list[Row], offsets: dict[str, int]) -> dict
 @wraps_db_errors
 def get_transaction(engine: Engine, group: str, transaction_id: str) -> dict[str, Any]:
     with engine.connect() as conn:
-        row = txns.get_txn(conn, group, transaction_id)
+        row = reads.get_txn(conn, group, transaction_id)
         if row is None:
             raise NotFound(f"no transaction {transaction_id!r} in producer group {group!r}",
                            code="transaction_not_found")
-        messages = txns.messages_of(conn, [row.id])[row.id]
+        messages = reads.messages_of(conn, [row.id])[row.id]
         offsets = {}
         if row.state == State.COMMITTED:
             offsets = {m.message_id: m.queue_offset
-                       for m in txns.committed_offsets(conn, [row.id])[row.id]}
+                       for m in reads.committed_offsets(conn, [row.id])[row.id]}
         return _transaction(row, messages, offsets)
 
 
@@ -65,8 +65,9 @@ def list_transactions(engine: Engine, group: str, state: str | None, after: int,
     if state is not None and state not in State.__members__:
         raise InvalidRequest(f"state must be one of {', '.join(State)}",
                              code="invalid_query_parameter", parameter="state")
+    wanted = State(state) if state is not None else None
     with engine.connect() as conn:
-        rows = txns.list_txns(conn, group, state, after, limit)
+        rows = reads.list_txns(conn, group, wanted, after, limit)
     items = [{k: v for k, v in _transaction(r, [], {}).items() if k != "messages"} for r in rows]
     return {"producer_group": group, "transactions": items,
             "next_after": str(rows[-1].id) if len(rows) == limit else None}
@@ -75,7 +76,7 @@ def list_transactions(engine: Engine, group: str, state: str | None, after: int,
 @wraps_db_errors
 def read_topic(engine: Engine, topic: str, from_offset: int, limit: int) -> dict[str, Any]:
     with engine.connect() as conn:
-        rows = txns.read_topic(conn, topic, from_offset, limit)
+        rows = topics.read_topic(conn, topic, from_offset, limit)
     messages = [
         {"offset": r.queue_offset, "message_id": r.message_id,
          "transaction_id": r.transaction_id, "producer_group": r.producer_group,
@@ -90,7 +91,7 @@ def read_topic(engine: Engine, topic: str, from_offset: int, limit: int) -> dict
 @wraps_db_errors
 def list_topics(engine: Engine, after: str, limit: int) -> dict[str, Any]:
     with engine.connect() as conn:
-        rows = txns.list_topics(conn, after, limit)
+        rows = topics.list_topics(conn, after, limit)
     return {"topics": [{"topic": r.topic, "next_offset": r.next_offset} for r in rows],
             "next_after": rows[-1].topic if len(rows) == limit else None}
 
@@ -98,7 +99,7 @@ def list_topics(engine: Engine, after: str, limit: int) -> dict[str, Any]:
 @wraps_db_errors
 def get_message(engine: Engine, message_id: str) -> dict[str, Any]:
     with engine.connect() as conn:
-        row = txns.get_message(conn, message_id)
+        row = topics.get_message(conn, message_id)
     if row is None:
         raise NotFound(f"no message {message_id!r}", code="message_not_found")
     out: dict[str, Any] = {
@@ -116,5 +117,5 @@ def get_message(engine: Engine, message_id: str) -> dict[str, Any]:
 @wraps_db_errors
 def count_half_messages(engine: Engine) -> int:
     with engine.connect() as conn:
-        return txns.count_unresolved_messages(conn)
+        return reads.count_unresolved_messages(conn)
 

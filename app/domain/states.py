@@ -12,7 +12,7 @@ from enum import StrEnum
 
 from app.vocabulary import Op, State
 
-__all__ = ["RESOLVED", "Op", "Outcome", "State", "decide", "target"]
+__all__ = ["Outcome", "decide", "target"]
 
 
 class Outcome(StrEnum):
@@ -34,7 +34,6 @@ _ALLOWED_FROM = {
     Op.RESUME: {State.DISCARDED},
 }
 _REPEATABLE = {Op.COMMIT, Op.ROLLBACK}
-RESOLVED = frozenset({State.COMMITTED, State.ROLLED_BACK})
 
 
 def target(op: Op) -> State:

@@ -2,7 +2,7 @@
 
 A checker claims a due transaction by writing its ``lease_owner`` and pushing
 ``next_check_at`` (and ``lease_until``) to the end of the lease, so the due query is
-only ``state = 'PREPARED' AND next_check_at <= now`` on the partial index ``ix_txn_due``:
+only "PREPARED and ``next_check_at <= now``" on the partial index ``ix_txn_due``:
 its cost does not grow with resolved history, and a lease whose owner died simply
 becomes due again. On PostgreSQL, claims skip rows another checker has locked
 (``FOR UPDATE SKIP LOCKED``); on SQLite the claim runs under ``BEGIN IMMEDIATE``.
@@ -19,12 +19,13 @@ import orjson
 from sqlalchemy import Connection, Row, and_, bindparam, insert, literal_column, or_, select, update
 
 from app.storage.schema import check_log, producer_group, txn
+from app.vocabulary import RESOLVED, State
 
 # A literal, not a bound parameter: both planners match a partial index only against
-# the literal predicate of its definition.
-_PREPARED = txn.c.state == literal_column("'PREPARED'")
+# the literal predicate of its definition (``schema.PREPARED_PREDICATE``).
+_PREPARED = txn.c.state == literal_column(f"'{State.PREPARED.value}'")
 # States an API commit or rollback may have set while a check was in flight.
-_RESOLVED_STATES = ("COMMITTED", "ROLLED_BACK")
+_RESOLVED_STATES = sorted(s.value for s in RESOLVED)
 DETAIL_MAX_CHARS = 2000
 
 

@@ -46,8 +46,8 @@ def make_engine(settings: Settings, *, pool: bool = True) -> Engine:
         url = url.set(drivername="postgresql+psycopg")
     # plan_cache_mode: statements prepared by psycopg are planned for their parameters each
     # time. A generic plan, made once while a table was small, keeps its scan of the whole
-    # table as the table grows (nothing replans it until an ANALYZE): measured, a batch of
-    # commits took 8 ms instead of 0.7 at 28k transactions. Planning costs ~0.2 ms a batch.
+    # table as the table grows (nothing replans it until an ANALYZE), and commit batches
+    # slow down with every transaction stored; planning each batch costs far less.
     options = (f"-c statement_timeout={settings.db_statement_timeout_ms}"
                " -c plan_cache_mode=force_custom_plan")
     kwargs: dict = {}

@@ -35,7 +35,12 @@ from sqlalchemy import (
 )
 from sqlalchemy.types import TypeDecorator
 
+from app.vocabulary import State
+
 NAME = String(127)
+# the predicate of the partial index ix_txn_due; a query that should use the index
+# repeats it literally (both planners match a partial index only against it)
+PREPARED_PREDICATE = f"state = '{State.PREPARED.value}'"
 BigId = BigInteger().with_variant(Integer(), "sqlite")
 
 
@@ -99,8 +104,8 @@ txn = Table(
     Index(
         "ix_txn_due",
         "next_check_at",
-        postgresql_where=text("state = 'PREPARED'"),
-        sqlite_where=text("state = 'PREPARED'"),
+        postgresql_where=text(PREPARED_PREDICATE),
+        sqlite_where=text(PREPARED_PREDICATE),
     ),
     Index("ix_txn_group_state", "producer_group", "state", "id"),
 )

@@ -10,9 +10,9 @@ from sqlalchemy import func, select
 
 from app.domain.lifecycle import FinishCmd, apply_finishes
 from app.domain.names import DISCARD_TOPIC
-from app.domain.states import Op
 from app.storage.db import write_transaction
 from app.storage.schema import op_log
+from app.vocabulary import Op
 from tests.integration.helpers import finish, register, send
 
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from app.domain.lifecycle import FinishCmd, apply_finishes
-from app.domain.states import Op
 from app.storage.db import write_transaction
+from app.vocabulary import Op
 from tests.integration.helpers import register, send
 
 

@@ -160,7 +160,7 @@ def test_list_and_get_transactions(client) -> None:  # type: ignore[no-untyped-d
 
 
 def test_resume_check_only_from_discarded(client, app) -> None:  # type: ignore[no-untyped-def]
-    from app.domain.states import Op
+    from app.vocabulary import Op
 
     register(client)
     tx = send(client, check_immunity_seconds=60).json["transaction_id"]

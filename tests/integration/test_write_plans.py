@@ -14,9 +14,9 @@ from sqlalchemy import Connection, text
 
 from app.domain.lifecycle import FinishCmd, SendCmd, apply_finishes, apply_sends, utcnow
 from app.domain.messages import parse_transaction
-from app.domain.states import Op
 from app.storage import groups
 from app.storage.db import make_engine
+from app.vocabulary import Op
 from tests.conftest import make_settings
 
 GROUP = "plans"

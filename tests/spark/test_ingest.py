@@ -11,7 +11,7 @@ from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual, assertSchemaEqual
 
 from app.config import Settings
-from app.domain.states import Op
+from app.vocabulary import Op
 from spark_outbox import show
 from spark_outbox.dataset import OutputDir
 from spark_outbox.errors import EXIT_CANNOT_RUN, IngestError

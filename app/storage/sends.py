@@ -1,0 +1,155 @@
+"""SQL of sends: new transactions (txn) with their half messages (half_message).
+
+The rows are built here from what the domain decided (``NewTransaction``), so that the
+domain never spells a column name.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any, NamedTuple, Protocol
+
+import orjson
+from sqlalchemy import Select, and_, exists, insert, select
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Connection
+
+from app.storage.bulk import JsonRows, Key, insert_rows, is_pg
+from app.storage.groups import registered
+from app.storage.schema import half_message, producer_group, txn
+from app.vocabulary import State
+
+
+class OutgoingMessage(Protocol):
+    """What is stored of a message to send (``app.domain.messages.MessageIn``)."""
+
+    @property
+    def topic(self) -> str: ...
+    @property
+    def tag(self) -> str | None: ...
+    @property
+    def keys(self) -> list[str]: ...
+    @property
+    def properties(self) -> dict[str, str]: ...
+    @property
+    def raw_body(self) -> bytes: ...
+    @property
+    def body_is_text(self) -> bool: ...
+
+
+class NewTransaction(NamedTuple):
+    """A transaction to store, PREPARED, unchecked; ``message_ids[i]`` names ``messages[i]``."""
+
+    group: str
+    transaction_id: str
+    fingerprint: str
+    check_url: str | None
+    check_immunity_seconds: int
+    next_check_at: datetime
+    created_at: datetime
+    messages: Sequence[OutgoingMessage]
+    message_ids: Sequence[str]
+
+
+def sends_are_one_statement(dialect_name: str) -> bool:
+    """Whether ``store_sends`` writes with one statement (then atomic without BEGIN)."""
+    return dialect_name == "postgresql"
+
+
+def store_sends(conn: Connection, sends: Sequence[NewTransaction]) -> dict[Key, int]:
+    """Insert new transactions with their messages, each only if its producer group is
+    registered and its (group, transaction id) is free; the new transactions' ids by key.
+
+    A key left out is either unregistered or taken (a retried send, or an insert racing
+    in from another process, which is waited for by ON CONFLICT DO NOTHING): the caller
+    tells the two apart. On PostgreSQL the whole batch is one statement.
+    """
+    if not sends:
+        return {}
+    if is_pg(conn):
+        return _store_sends_pg(conn, sends)
+
+    names = registered(conn, {s.group for s in sends})
+    kept = [s for s in sends if s.group in names]
+    if not kept:
+        return {}
+    result = conn.execute(_insert_new_txns_stmt(), [_txn_row(s) for s in kept])
+    inserted = {(r.producer_group, r.transaction_id): r.id for r in result}
+    message_rows: list[dict[str, Any]] = []
+    for s in kept:
+        txn_id = inserted.get((s.group, s.transaction_id))
+        if txn_id is not None:
+            message_rows.extend(_message_rows(s, {"txn_id": txn_id}))
+    insert_rows(conn, half_message, message_rows)
+    return inserted
+
+
+def _txn_row(s: NewTransaction) -> dict[str, Any]:
+    return {"producer_group": s.group, "transaction_id": s.transaction_id,
+            "state": State.PREPARED.value, "fingerprint": s.fingerprint,
+            "message_count": len(s.messages), "check_url": s.check_url,
+            "check_immunity_seconds": s.check_immunity_seconds, "check_times": 0,
+            "next_check_at": s.next_check_at, "created_at": s.created_at}
+
+
+def _message_rows(s: NewTransaction, owner: dict[str, Any]) -> list[dict[str, Any]]:
+    """The half_message rows of ``s``; ``owner`` names the transaction (by id, or by key
+    on PostgreSQL, where the same statement inserts it)."""
+    now, ids = s.created_at, s.message_ids
+    rows = [{"message_id": ids[seq], "seq": seq, "topic": m.topic, "tag": m.tag,
+             "keys": orjson.dumps(m.keys).decode(),
+             "properties": orjson.dumps(m.properties).decode(),
+             "body": m.raw_body, "body_is_text": m.body_is_text, "created_at": now}
+            for seq, m in enumerate(s.messages)]
+    for row in rows:
+        row.update(owner)
+    return rows
+
+
+@functools.cache
+def _insert_new_txns_stmt() -> Any:
+    return (sqlite.insert(txn)
+            .on_conflict_do_nothing(index_elements=[txn.c.producer_group, txn.c.transaction_id])
+            .returning(txn.c.id, txn.c.producer_group, txn.c.transaction_id))
+
+
+_SEND_TXN_COLUMNS = ("producer_group", "transaction_id", "state", "fingerprint",
+                     "message_count", "check_url", "check_immunity_seconds", "check_times",
+                     "next_check_at", "created_at")
+_SEND_MESSAGE_COLUMNS = ("message_id", "seq", "topic", "tag", "keys", "properties", "body",
+                         "body_is_text", "created_at")
+
+_SEND_TXNS = JsonRows("t", [txn.c[n] for n in _SEND_TXN_COLUMNS])
+# each message row names its transaction by key; the INSERT of the transactions gives it
+# its id
+_SEND_MESSAGES = JsonRows("m", [txn.c.producer_group, txn.c.transaction_id,
+                                *(half_message.c[n] for n in _SEND_MESSAGE_COLUMNS)])
+
+
+@functools.cache
+def _store_sends_stmt() -> Select:
+    t, m = _SEND_TXNS, _SEND_MESSAGES
+    new = (postgresql.insert(txn)
+           .from_select(list(_SEND_TXN_COLUMNS), select(*(t.col(n) for n in _SEND_TXN_COLUMNS))
+                        .where(exists().where(producer_group.c.name == t.col("producer_group"))))
+           .on_conflict_do_nothing(index_elements=[txn.c.producer_group, txn.c.transaction_id])
+           .returning(txn.c.id, txn.c.producer_group, txn.c.transaction_id)
+           .cte("new"))
+    placed = (select(new.c.id, *(m.col(n) for n in _SEND_MESSAGE_COLUMNS))
+              .join_from(m.table, new,
+                         and_(new.c.producer_group == m.col("producer_group"),
+                              new.c.transaction_id == m.col("transaction_id"))))
+    stored = insert(half_message).from_select(["txn_id", *_SEND_MESSAGE_COLUMNS],
+                                              placed).cte("stored")
+    return select(new.c.id, new.c.producer_group, new.c.transaction_id).add_cte(stored)
+
+
+def _store_sends_pg(conn: Connection, sends: Sequence[NewTransaction]) -> dict[Key, int]:
+    messages = [row for s in sends for row in _message_rows(
+        s, {"producer_group": s.group, "transaction_id": s.transaction_id})]
+    params = {**_SEND_TXNS.param([_txn_row(s) for s in sends]),
+              **_SEND_MESSAGES.param(messages)}
+    return {(r.producer_group, r.transaction_id): r.id
+            for r in conn.execute(_store_sends_stmt(), params)}

@@ -1,0 +1,43 @@
+"""SQL that reads the committed log: topics, pages of a topic, single messages."""
+
+from __future__ import annotations
+
+from sqlalchemy import Connection, Row, and_, func, select
+
+from app.storage.reads import MESSAGE_COLUMNS
+from app.storage.schema import half_message, message_log, topic_offset, txn
+
+
+def read_topic(conn: Connection, topic: str, from_offset: int, limit: int) -> list[Row]:
+    stmt = (
+        select(message_log.c.queue_offset, message_log.c.committed_at,
+               func.coalesce(message_log.c.properties, half_message.c.properties)
+               .label("properties"),
+               half_message.c.message_id, half_message.c["keys"], half_message.c.tag,
+               half_message.c.body, half_message.c.body_is_text, half_message.c.created_at,
+               txn.c.transaction_id, txn.c.producer_group)
+        .join(half_message, half_message.c.id == message_log.c.half_message_id)
+        .join(txn, txn.c.id == half_message.c.txn_id)
+        .where(message_log.c.topic == topic, message_log.c.queue_offset >= from_offset)
+        .order_by(message_log.c.queue_offset)
+        .limit(limit)
+    )
+    return list(conn.execute(stmt))
+
+
+def list_topics(conn: Connection, after: str, limit: int) -> list[Row]:
+    stmt = (select(topic_offset).where(topic_offset.c.topic > after)
+            .order_by(topic_offset.c.topic).limit(limit))
+    return list(conn.execute(stmt))
+
+
+def get_message(conn: Connection, message_id: str) -> Row | None:
+    stmt = (
+        select(*MESSAGE_COLUMNS, txn.c.transaction_id, txn.c.producer_group,
+               txn.c.state, message_log.c.queue_offset, message_log.c.committed_at)
+        .join(txn, txn.c.id == half_message.c.txn_id)
+        .outerjoin(message_log, and_(message_log.c.half_message_id == half_message.c.id,
+                                     message_log.c.topic == half_message.c.topic))
+        .where(half_message.c.message_id == message_id)
+    )
+    return conn.execute(stmt).first()
