@@ -58,6 +58,9 @@ class CallbackServer:
         return _Callback.answered
 
 
+STARTUP_SECONDS = 120  # the measured window starts at the first answered check, not at spawn
+
+
 def one_run(url: str, backlog: int, seconds: float) -> dict[str, Any]:
     truncate_all(url)
     with CallbackServer() as callback:
@@ -68,6 +71,12 @@ def one_run(url: str, backlog: int, seconds: float) -> dict[str, Any]:
                                 start_new_session=True)
         try:
             with Sampler(proc.pid, interval=0.5) as sampler:
+                started = time.monotonic()
+                startup_deadline = started + STARTUP_SECONDS
+                while (callback.answered == 0 and proc.poll() is None
+                       and time.monotonic() < startup_deadline):
+                    time.sleep(0.05)
+                startup = time.monotonic() - started
                 deadline = time.monotonic() + seconds
                 while time.monotonic() < deadline and proc.poll() is None:
                     time.sleep(0.2)
@@ -84,9 +93,10 @@ def one_run(url: str, backlog: int, seconds: float) -> dict[str, Any]:
             raise RuntimeError(f"txmsg checker exited {proc.returncode}: {err[-2000:]!r}")
     truncate_all(url)
     samples = sampler.samples
-    # once started (after the first quarter of the run) memory should stay flat
-    settled = [s["rss"] for s in samples if s["t"] >= seconds / 4 and s["rss"]]
-    return {"backlog": backlog, "seconds": seconds, "checks_delivered": checks,
+    # once started (after the first quarter of the measured window) memory should stay flat
+    settled = [s["rss"] for s in samples if s["t"] >= startup + seconds / 4 and s["rss"]]
+    return {"backlog": backlog, "seconds": seconds, "startup_seconds": round(startup, 2),
+            "checks_delivered": checks,
             "checks_per_second": round(checks / seconds, 1),
             "rss_peak": max((s["rss"] for s in samples), default=None),
             "rss_after_first_quarter": settled[0] if settled else None,
