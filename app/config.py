@@ -44,6 +44,16 @@ class Settings(BaseSettings):
     web_threads: int = Field(64, ge=1)
     # send and commit/rollback served on the event loop, ahead of Flask (app/api/asgi.py)
     web_hot_routes: bool = True
+    # a request's whole body must arrive within this time (else 408); read on the event
+    # loop, so a slow client holds no thread meanwhile
+    request_body_timeout_seconds: float = Field(30, gt=0)
+    # a request's head must arrive within this time, and an idle keep-alive connection
+    # is closed after it (Granian's HTTP/1 header_read_timeout)
+    http_header_timeout_seconds: float = Field(30, gt=0)
+    # on SIGTERM, requests in flight get this long to finish before the workers are killed
+    shutdown_timeout_seconds: int = Field(30, ge=1)
+    # txmsg serve retries an unreachable database this long before it gives up
+    startup_database_wait_seconds: float = Field(60, ge=0)
 
     # check service
     checker_batch_size: int = Field(200, ge=1)

@@ -10,25 +10,42 @@ request's thread (the README's performance section has the figures).
 The three routes are matched here and handled by the same functions the Flask routes
 call (``parse_send``, ``send_answer``, ``check_finish``, the lifecycle), with the same
 error rendering. Everything else, and whatever of those routes is not served exactly
-as Flask would serve it (a body without a Content-Length, one over the limit, a
-non-ASCII path, a root path), goes to the Flask app unchanged, behind a2wsgi's
-WSGI-to-ASGI bridge with a pool of ``web_threads`` threads. ``TXMSG_WEB_HOT_ROUTES=false``
-sends everything to Flask; the tests compare both ways answer for answer.
+as Flask would serve it (a non-ASCII path, a root path), goes to the Flask app
+unchanged, behind a2wsgi's WSGI-to-ASGI bridge with a pool of ``web_threads`` threads.
+``TXMSG_WEB_HOT_ROUTES=false`` sends everything to Flask; the tests compare both ways
+answer for answer.
+
+Every request body is read here, on the event loop, before a thread is taken: whole
+within ``request_body_timeout_seconds`` (else 408) and at most ``MAX_CONTENT_LENGTH``
+bytes, chunked or not (else 413). A thread that waited on a slow client's body held one
+of the pool's threads the whole time; 70 clients sending a byte every 2 s stalled every
+Flask route. ``/healthz`` is answered here and ``/readyz`` has threads of its own, so
+neither waits behind a busy pool. Request targets and heads over this front's limits,
+which are below the server's, are refused here as problem+json (Granian's own refusals
+carry no body).
 """
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any
+from typing import Any, NamedTuple
 
 from a2wsgi import WSGIMiddleware
 from flask import Flask
-from werkzeug.exceptions import InternalServerError
+from werkzeug.exceptions import (
+    HTTPException,
+    InternalServerError,
+    RequestEntityTooLarge,
+    RequestHeaderFieldsTooLarge,
+    RequestTimeout,
+    RequestURITooLarge,
+)
 
 from app.api.http import PROBLEM_MEDIA_TYPE, api_problem, dump_json, http_problem
 from app.api.transactions import check_finish, parse_send, send_answer
-from app.errors import ApiError
+from app.errors import ApiError, InvalidRequest
 from app.storage.db import unavailable
 from app.vocabulary import Op
 
@@ -42,6 +59,13 @@ _ROUTE = re.compile(r"/v1/producer-groups/([^/]+)/transactions(?:/([^/]+)/(commi
 _OPS = {"commit": Op.COMMIT, "rollback": Op.ROLLBACK}
 _JSON = b"application/json"
 _PROBLEM = PROBLEM_MEDIA_TYPE.encode()
+_HEALTHY = dump_json({"status": "ok"})  # what the Flask view answers
+# below Granian's own limits (about 64 KiB of target, 400 KiB of head), which answer
+# with an empty body
+MAX_TARGET_BYTES = 8 * 1024
+MAX_HEAD_BYTES = 32 * 1024
+# /readyz's threads, apart from the pool the other Flask routes share
+_PROBE_THREADS = 2
 
 
 class Api:
@@ -50,50 +74,93 @@ class Api:
     def __init__(self, app: Flask) -> None:
         self._app = app
         self._state = app.extensions["txmsg"]
-        self._hot = bool(self._state.settings.web_hot_routes)
-        self._flask = WSGIMiddleware(_terminated_input(app),
-                                     workers=self._state.settings.web_threads)
+        settings = self._state.settings
+        self._hot = bool(settings.web_hot_routes)
+        self._body_timeout = settings.request_body_timeout_seconds
+        wsgi = _terminated_input(app)
+        self._flask = WSGIMiddleware(wsgi, workers=settings.web_threads)
+        self._probes = WSGIMiddleware(wsgi, workers=_PROBE_THREADS)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "lifespan":
-            await self._lifespan(receive, send)
+        if scope["type"] != "http":
+            if scope["type"] == "lifespan":
+                await self._lifespan(receive, send)
+            else:  # a websocket: a2wsgi closes it
+                await self._flask(scope, _coroutine(receive), send)
+            return
+        path = scope["path"]
+        if path == "/healthz" and scope["method"] == "GET":
+            await _answer(send, 200, _HEALTHY, _JSON)
+            return
+        head = _head(scope["headers"])
+        if head.size > MAX_HEAD_BYTES:
+            await self._refuse(send, path, RequestHeaderFieldsTooLarge(
+                f"the request's header fields exceed {MAX_HEAD_BYTES} bytes"))
+            return
+        if len(scope.get("raw_path") or path) + len(scope["query_string"]) > MAX_TARGET_BYTES:
+            await self._refuse(send, path, RequestURITooLarge(
+                f"the request's path and query exceed {MAX_TARGET_BYTES} bytes"))
             return
         match = self._match(scope) if self._hot else None
-        if match is None:
-            # a2wsgi reads the body from a worker thread with run_coroutine_threadsafe,
-            # which takes a coroutine; a server's receive may be another awaitable
-            async def receive_coroutine() -> Message:
-                return await receive()
-
-            await self._flask(scope, receive_coroutine, send)
+        if match is not None and match.group(3) is not None:  # commit, rollback: no body
+            await self._serve(scope, match, b"", send)
             return
-        await self._serve(scope, match, receive, send)
+        raw = await self._read_body(scope, receive, send, head)
+        if raw is None:
+            return
+        if match is not None:
+            await self._serve(scope, match, raw, send)
+        else:
+            pool = self._probes if path == "/readyz" else self._flask
+            await pool(scope, _replay(raw), send)
 
     def _match(self, scope: Scope) -> re.Match[str] | None:
-        if scope["type"] != "http" or scope["method"] != "POST" or scope.get("root_path"):
+        if scope["method"] != "POST" or scope.get("root_path"):
             return None
         path = scope["path"]
         match = _ROUTE.fullmatch(path)
         if match is None or not path.isascii():
             return None
-        if match.group(3) is None:  # a send: only a body Flask would read the same way
-            length = _content_length(scope["headers"])
-            limit = self._app.config["MAX_CONTENT_LENGTH"]
-            if length is None or (limit is not None and length > limit):
-                return None
         return match
 
-    async def _serve(self, scope: Scope, match: re.Match[str], receive: Receive,
-                     send: Send) -> None:
+    async def _read_body(self, scope: Scope, receive: Receive, send: Send,
+                         head: _Head) -> bytes | None:
+        """The whole body, or None once refused (408, 413, or 400 for a body cut short:
+        a client gone, or chunked framing the server could not decode)."""
+        if not head.streamed and (head.length == 0 or (
+                head.length is None and scope["http_version"] in ("1.1", "1.0"))):
+            return b""  # HTTP/1 framing: no body
+        limit = self._app.config["MAX_CONTENT_LENGTH"]
+        refusal: HTTPException | ApiError
+        if limit is not None and not head.streamed and (head.length or 0) > limit:
+            refusal = RequestEntityTooLarge()
+        else:
+            try:
+                async with asyncio.timeout(self._body_timeout):
+                    raw = await _read_all(receive, limit)
+            except TimeoutError:
+                refusal = RequestTimeout(f"the request body did not arrive within "
+                                         f"{self._body_timeout:g} s")
+            else:
+                if isinstance(raw, bytes):
+                    return raw
+                refusal = raw
+        await self._refuse(send, scope["path"], refusal)
+        return None
+
+    async def _refuse(self, send: Send, path: str, exc: HTTPException | ApiError) -> None:
+        if isinstance(exc, ApiError):
+            await _answer(send, exc.status, api_problem(exc, path), _PROBLEM)
+        else:
+            await _answer(send, *http_problem(exc, path), _PROBLEM)
+
+    async def _serve(self, scope: Scope, match: re.Match[str], raw: bytes, send: Send) -> None:
         group, transaction_id, op = match.groups()
         path = scope["path"]
         content_type = _JSON
         try:
             lifecycle = self._state.lifecycle
             if op is None:
-                raw = await _read_body(receive)
-                if raw is None:
-                    return  # the client went away before its body was whole
                 txn = parse_send(lifecycle, group, raw)
                 body, status = send_answer(await lifecycle.send_async(group, txn))
             else:
@@ -112,10 +179,7 @@ class Api:
             else:  # as Flask does with an unhandled error: log it, answer 500
                 self._app.logger.exception("Exception on %s [POST]", path)
                 (status, data), content_type = http_problem(InternalServerError(), path), _PROBLEM
-        await send({"type": "http.response.start", "status": status,
-                    "headers": [(b"content-type", content_type),
-                                (b"content-length", b"%d" % len(data))]})
-        await send({"type": "http.response.body", "body": data})
+        await _answer(send, status, data, content_type)
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         while True:
@@ -132,28 +196,65 @@ class Api:
         return bool(self._app.testing or self._app.debug) if propagate is None else propagate
 
 
-def _content_length(headers: Iterable[tuple[bytes, bytes]]) -> int | None:
-    """The declared length of a body that is not chunked, if it is a plain number."""
-    length = None
+async def _answer(send: Send, status: int, data: bytes, content_type: bytes) -> None:
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", content_type),
+                            (b"content-length", b"%d" % len(data))]})
+    await send({"type": "http.response.body", "body": data})
+
+
+class _Head(NamedTuple):
+    length: int | None  # the declared Content-Length, if one plain number
+    streamed: bool  # a Transfer-Encoding
+    size: int  # of the header fields, in bytes
+
+
+def _head(headers: Iterable[tuple[bytes, bytes]]) -> _Head:
+    length, lengths, streamed, size = None, 0, False, 0
     for name, value in headers:
+        size += len(name) + len(value) + 4  # ": " and CRLF
         if name == b"content-length":
-            if length is not None or not value.isdigit():
-                return None
-            length = int(value)
+            lengths += 1
+            length = int(value) if value.isdigit() else None
         elif name == b"transfer-encoding":
-            return None
-    return length
+            streamed = True
+    return _Head(length if lengths == 1 else None, streamed, size)
 
 
-async def _read_body(receive: Receive) -> bytes | None:
-    chunks = []
+async def _read_all(receive: Receive, limit: int | None) -> bytes | HTTPException | ApiError:
+    """The body's messages up to the last one; a refusal once over ``limit`` or cut short."""
+    chunks: list[bytes] = []
+    size = 0
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
-            return None
-        chunks.append(message.get("body", b""))
+            return InvalidRequest("the request body ended before it was whole (the client "
+                                  "went away, or its chunked framing is malformed)",
+                                  code="incomplete_body")
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if limit is not None and size > limit:
+            return RequestEntityTooLarge()
+        chunks.append(chunk)
         if not message.get("more_body"):
             return b"".join(chunks)
+
+
+def _replay(body: bytes) -> Callable[[], Awaitable[Message]]:
+    """A receive that hands over a body already read whole. a2wsgi reads the body from a
+    worker thread with run_coroutine_threadsafe, which takes a coroutine function."""
+
+    async def receive() -> Message:
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return receive
+
+
+def _coroutine(receive: Receive) -> Callable[[], Awaitable[Message]]:
+    async def receive_coroutine() -> Message:  # a server's receive may be another awaitable
+        return await receive()
+
+    return receive_coroutine
 
 
 def _terminated_input(app: Flask) -> Callable[..., Iterable[bytes]]:

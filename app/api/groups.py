@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from flask import Blueprint, Response
 
-from app.api.http import json_body, json_response, state
+from app.api.http import json_body, json_response, no_content, state
 from app.domain import groups
 from app.domain.messages import parse_producer_group
 from app.domain.names import check_group_name
@@ -32,4 +32,4 @@ def delete_group(group: str) -> Response:
     """Remove a registration; its transactions stay and resolve as usual."""
     check_group_name(group)
     groups.delete(state().engine, group)
-    return Response(status=204)
+    return no_content()

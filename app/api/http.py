@@ -8,7 +8,7 @@ from typing import Any
 import orjson
 from flask import Flask, Response, current_app, request
 from sqlalchemy.exc import SQLAlchemyError
-from werkzeug.exceptions import HTTPException
+from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
 from app.errors import ApiError, InvalidRequest
 from app.storage.db import unavailable
@@ -39,8 +39,26 @@ def parse_json(raw: bytes) -> Any:
         raise InvalidRequest(f"the body is not valid JSON: {exc}", code="invalid_json") from None
 
 
+def request_body() -> bytes:
+    """The whole request body; 413 for a streamed one longer than MAX_CONTENT_LENGTH
+    (werkzeug stops reading such a body at the limit and hands over what it has)."""
+    raw = request.get_data(cache=False)
+    limit = request.max_content_length
+    if (limit is not None and len(raw) >= limit and request.content_length is None
+            and request.environ["wsgi.input"].read(1)):
+        raise RequestEntityTooLarge()
+    return raw
+
+
 def json_body() -> Any:
-    return parse_json(request.get_data(cache=False))
+    return parse_json(request_body())
+
+
+def no_content() -> Response:
+    """A 204: no body, so no Content-Type either."""
+    response = Response(status=204)
+    del response.headers["Content-Type"]
+    return response
 
 
 def int_arg(name: str, default: int, lo: int, hi: int = MAX_INT64) -> int:
@@ -87,7 +105,9 @@ def problem(status: int, code: str, title: str, detail: str, **extra: Any) -> Re
 
 
 _HTTP_CODES = {404: "route_not_found", 405: "method_not_allowed", 413: "payload_too_large",
-               400: "bad_request", 415: "unsupported_media_type", 500: "internal_error"}
+               400: "bad_request", 415: "unsupported_media_type", 500: "internal_error",
+               408: "request_timeout", 414: "uri_too_long",
+               431: "request_header_fields_too_large"}
 
 
 def register_error_handlers(app: Flask) -> None:

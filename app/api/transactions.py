@@ -6,7 +6,7 @@ from typing import Any
 
 from flask import Blueprint, Response, request
 
-from app.api.http import int_arg, json_response, limit_arg, parse_json, state
+from app.api.http import int_arg, json_response, limit_arg, parse_json, request_body, state
 from app.domain import reads
 from app.domain.lifecycle import Lifecycle, SendResult
 from app.domain.messages import TransactionIn, parse_transaction
@@ -39,7 +39,7 @@ def check_finish(group: str, transaction_id: str) -> None:
 @bp.post("")
 def send(group: str) -> Response:
     lifecycle = state().lifecycle
-    txn = parse_send(lifecycle, group, request.get_data(cache=False))
+    txn = parse_send(lifecycle, group, request_body())
     return json_response(*send_answer(lifecycle.send(group, txn)))
 
 

@@ -20,7 +20,7 @@ import orjson
 import pytest
 from flask import Flask, request
 
-from app.api.asgi import Api
+from app.api.asgi import MAX_HEAD_BYTES, MAX_TARGET_BYTES, Api
 from app.domain.messages import parse_transaction
 from app.web import create_app
 from tests.asgi_client import AsgiClient
@@ -167,10 +167,11 @@ LIFECYCLE = [
     step("POST", SEND, 400, data=b""),
     step("POST", SEND, 400, data=b"[1, 2]"),
     step("POST", SEND, 413, json={**MSG, "body": "x" * (bad_input_cases.MAX_BODY + 1)}),
+    # a chunked body: the front reads it whole first, as it does any body
+    step("POST", SEND, 201, stream=[b'{"transaction_id": "xTAG-3", ',
+                                    b'"topic": "tTAG", "body": "chunked"}']),
+    step("POST", SEND, 400, stream=[b'{"topic": 5}']),
     # not served by the front's hot routes: Flask answers both ways
-    step("POST", SEND, 201, hot=False, stream=[b'{"transaction_id": "xTAG-3", ',
-                                               b'"topic": "tTAG", "body": "chunked"}']),
-    step("POST", SEND, 400, hot=False, stream=[b'{"topic": 5}']),
     step("POST", "/v1/producer-groups/zamówienia/transactions", 400, hot=False, json=MSG),
     step("POST", f"{SEND}/", 404, hot=False, json=MSG),
     step("POST", f"{SEND}/xTAG-1/resume-check", 409, hot=False),
@@ -194,14 +195,15 @@ def test_the_lifecycle_answers_match_and_skip_flask(sides: tuple[Side, Side]) ->
         assert f"{s.method} {path.replace('TAG', plain.tag)}" in plain.flask_saw, s
 
 
-def test_a_body_over_werkzeugs_limit_goes_to_flask(sides: tuple[Side, Side]) -> None:
+def test_a_body_over_werkzeugs_limit_is_refused_as_flask_refuses_it(
+        sides: tuple[Side, Side]) -> None:
     for side in sides:
         side.app.config["MAX_CONTENT_LENGTH"] = 4096  # low, to reach it cheaply
     answers = [side.call("POST", SEND, data=b" " * 4097) for side in sides]
     assert answers[0] == answers[1]
     assert answers[0].status == 413
     assert answers[0].body["code"] == "payload_too_large"
-    assert sides[0].flask_saw == [f"POST {SEND.replace('TAG', sides[0].tag)}"]
+    assert sides[0].flask_saw == []
     assert sides[0].call("POST", SEND, data=b" " * 4096).status == 400  # read, not JSON
 
 
@@ -265,13 +267,21 @@ def test_a_root_path_goes_to_flask(sides: tuple[Side, Side]) -> None:
 
 def test_a_client_gone_before_its_body_is_whole_stores_nothing(
         sides: tuple[Side, Side]) -> None:
+    """The server says "disconnect" for a client gone and for chunked framing it could not
+    decode alike: the answer (if anyone hears it) is a 400, and nothing is stored."""
     front, _ = sides
     assert front.asgi is not None
     body = _json({"transaction_id": "cut", "topic": "t", "body": "b"})
-    reply = front.asgi.request("POST", SEND.replace("TAG", front.tag), body=[body[:10]],
-                               headers=[("Content-Length", str(len(body)))], disconnect=True)
-    assert reply.status == 0
+    for path in (SEND, "/v1/producer-groups/cut"):
+        reply = front.asgi.request("POST" if path == SEND else "PUT", path.replace("TAG", front.tag),
+                                   body=[body[:10]], disconnect=True,
+                                   headers=[("Content-Length", str(len(body)))])
+        assert reply.status == 400, reply
+        assert orjson.loads(reply.body)["code"] == "incomplete_body"
     assert front.call("GET", f"{SEND}/cut").status == 404
+    assert front.call("GET", "/v1/producer-groups/cut").status == 404
+    assert front.flask_saw == [f"GET {SEND.replace('TAG', front.tag)}/cut",
+                               "GET /v1/producer-groups/cut"]
 
 
 def test_hot_routes_off_sends_everything_to_flask(database_url: str) -> None:
@@ -372,3 +382,102 @@ def test_a_cancelled_request_is_still_written_and_the_writer_goes_on(
     assert front.asgi.run(cancel_one_then_send_another()).created
     assert front.call("GET", f"{SEND}/gone").body["state"] == "PREPARED"
     assert front.call("GET", f"{SEND}/next").status == 200
+
+
+@pytest.mark.parametrize("route", ["send", "registration"])
+def test_a_chunked_body_over_the_limit_is_413_not_cut(sides: tuple[Side, Side],
+                                                     route: str) -> None:
+    """Werkzeug stops reading a streamed body at MAX_CONTENT_LENGTH and hands over what
+    it has: valid JSON, padded past the limit with spaces and then garbage, was stored.
+    Both the front (hot send, Flask route) and the Flask app alone answer 413."""
+    for side in sides:
+        side.app.config["MAX_CONTENT_LENGTH"] = 4096  # low, to reach it cheaply
+    if route == "send":
+        method, path = "POST", SEND
+        doc = _json({"transaction_id": "padded", **MSG})
+    else:
+        method, path = "PUT", "/v1/producer-groups/padded"
+        doc = _json({"check_urls": ["http://127.0.0.1:9/check"]})
+    padded = [doc, b" " * (4096 - len(doc)), b"garbage"]
+    answers = [side.call(method, path, stream=padded) for side in sides]
+    assert answers[0] == answers[1]
+    assert answers[0].status == 413 and answers[0].content_type == "application/problem+json"
+    assert answers[0].body["code"] == "payload_too_large"
+    assert sides[0].flask_saw == []
+    gone = f"{SEND}/padded" if route == "send" else path
+    assert [side.call("GET", gone).status for side in sides] == [404, 404]
+    # the limit itself is accepted, streamed or not
+    exact = [doc, b" " * (4096 - len(doc))]
+    accepted = 201 if route == "send" else 200
+    assert [side.call(method, path, stream=exact).status for side in sides] == [accepted] * 2
+
+
+def test_a_body_that_does_not_arrive_in_time_is_408_and_holds_no_thread(
+        database_url: str) -> None:
+    app = create_app(make_settings(database_url, request_body_timeout_seconds=0.2))
+    side = Side(app, "SLOW", front=True)
+    try:
+        assert side.asgi is not None and side.api is not None
+        for method, path in (("POST", SEND), ("PUT", "/v1/producer-groups/gSLOW")):
+            status, body = side.asgi.run(_stalled(side.api, method, path.replace("TAG", "SLOW")))
+            assert status == 408, body
+            assert orjson.loads(body)["code"] == "request_timeout"
+        assert side.flask_saw == []  # Flask (and its threads) never saw them
+    finally:
+        side.close()
+
+
+async def _stalled(api: Api, method: str, path: str) -> tuple[int, bytes]:
+    """A request whose body starts and then stops coming: its answer."""
+    loop = asyncio.get_running_loop()
+    messages = [{"type": "http.request", "body": b'{"topic": ', "more_body": True}]
+    never = loop.create_future()
+    answer: dict[str, Any] = {}
+
+    async def receive() -> dict[str, Any]:
+        return messages.pop(0) if messages else await never
+
+    async def send(message: dict[str, Any]) -> None:
+        answer.update(message)
+
+    await api({"type": "http", "method": method, "path": path, "root_path": "",
+               "query_string": b"", "http_version": "1.1", "scheme": "http",
+               "headers": [(b"content-length", b"100")]}, receive, send)
+    never.cancel()
+    return answer["status"], answer["body"]
+
+
+def test_targets_and_heads_over_the_fronts_limits_are_refused_as_problem_json(
+        sides: tuple[Side, Side]) -> None:
+    """Below the server's own limits, whose refusals have empty bodies."""
+    front, _ = sides
+    assert front.asgi is not None
+    read = "/v1/topics/t/messages?from_offset=0&pad="
+    refusals = [
+        (front.asgi.request("GET", read + "a" * MAX_TARGET_BYTES), 414, "uri_too_long"),
+        (front.asgi.request("POST", f"{SEND}/x/commit".replace("TAG", front.tag) + "?"
+                            + "a" * MAX_TARGET_BYTES), 414, "uri_too_long"),
+        (front.asgi.request("GET", read, headers=[("X-Pad", "v" * MAX_HEAD_BYTES)]),
+         431, "request_header_fields_too_large"),
+    ]
+    for reply, status, code in refusals:
+        assert reply.status == status, reply
+        assert reply.headers["content-type"] == "application/problem+json"
+        assert orjson.loads(reply.body)["code"] == code
+    assert front.flask_saw == []
+    assert front.asgi.request("GET", read + "a" * (MAX_TARGET_BYTES - 100),
+                              headers=[("X-Pad", "v" * (MAX_HEAD_BYTES - 200))]).status == 200
+
+
+def test_health_answers_match_and_healthz_never_reaches_flask(sides: tuple[Side, Side]) -> None:
+    front, _ = sides
+    for path in ("/healthz", "/readyz"):
+        answers = [side.call("GET", path) for side in sides]
+        assert answers[0] == answers[1]
+        assert answers[0].status == 200
+    assert front.flask_saw == ["GET /readyz"]
+
+
+def test_a_deletion_answers_204_without_a_content_type(sides: tuple[Side, Side]) -> None:
+    answers = [side.call("DELETE", "/v1/producer-groups/gTAG") for side in sides]
+    assert answers == [Answer(204, "", b"")] * 2
