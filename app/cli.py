@@ -55,12 +55,11 @@ def serve(host: str, port: int, no_checker: bool, no_migrate: bool, workers: int
     multiprocessing.set_start_method("spawn", force=True)
     from granian import Granian
     from granian.constants import Interfaces
+    from granian.http import HTTP1Settings
 
     settings = _settings()
     if not no_migrate:
-        from app.storage.db import upgrade_to_head
-
-        upgrade_to_head(settings)
+        _migrate_once_reachable(settings)
     service = None
     if not no_checker:
         from checker.service import CheckService
@@ -78,11 +77,51 @@ def serve(host: str, port: int, no_checker: bool, no_migrate: bool, workers: int
             workers=workers or settings.web_workers,
             blocking_threads=None if asgi else settings.web_threads,
             backlog=2048, log_access=False,
+            # closes connections idle (or slow to send a request head) for this long
+            http1_settings=HTTP1Settings(
+                header_read_timeout=round(settings.http_header_timeout_seconds * 1000)),
+            # on SIGTERM a worker stops accepting and finishes the requests it holds;
+            # past this bound it is killed
+            workers_kill_timeout=settings.shutdown_timeout_seconds,
         ).serve()
     finally:
         if service is not None:
             service.shutdown()
         shutil.rmtree(metrics_dir, ignore_errors=True)
+
+
+def _migrate_once_reachable(settings) -> None:  # type: ignore[no-untyped-def]
+    """Migrate, retrying with backoff while the database cannot be reached, one line per
+    attempt, for at most ``startup_database_wait_seconds``; then give up in one line.
+
+    Retrying (rather than failing at once) lets serve start alongside a database that
+    comes up a little later, as in a compose file or a pod; the bound still ends a start
+    that cannot succeed, plainly, for the supervisor to restart or an operator to read.
+    """
+    import time
+
+    from sqlalchemy.exc import OperationalError
+
+    from app.storage.db import upgrade_to_head
+
+    url = _redacted(settings.database_url)
+    deadline = time.monotonic() + settings.startup_database_wait_seconds
+    delay, attempt = 0.5, 1
+    while True:
+        try:
+            upgrade_to_head(settings)
+            return
+        except OperationalError as exc:
+            reason = str(exc.orig or exc).strip().splitlines()[0][:200]
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise click.ClickException(f"database {url} unreachable after {attempt} "
+                                           f"attempt(s), giving up: {reason}") from None
+            pause = min(delay, left)
+            click.echo(f"txmsg serve: database {url} unreachable (attempt {attempt}: "
+                       f"{reason}); retrying in {pause:.1f} s", err=True)
+            time.sleep(pause)
+            delay, attempt = min(delay * 2, 5.0), attempt + 1
 
 
 @main.command()
