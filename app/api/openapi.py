@@ -376,7 +376,11 @@ Every error is RFC 9457 problem details (`{PROBLEM_MEDIA_TYPE}`) with a stable
 snake_case `code`. Besides the responses listed per operation, any unknown route answers
 404 (`route_not_found`) and any method a path does not serve answers 405
 (`method_not_allowed`, with an `Allow` header); any request body larger than the
-server's limit answers 413 (`payload_too_large`).
+server's limit answers 413 (`payload_too_large`), chunked or not; a body not received
+within TXMSG_REQUEST_BODY_TIMEOUT_SECONDS answers 408 (`request_timeout`), one cut short
+or with malformed chunked framing 400 (`incomplete_body`); a path and query over 8 KiB
+answer 414 (`uri_too_long`) and header fields over 32 KiB 431
+(`request_header_fields_too_large`).
 """
 
 
