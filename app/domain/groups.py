@@ -4,16 +4,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Engine, Row
+from sqlalchemy import Engine
 
 from app.domain.lifecycle import utcnow
 from app.domain.messages import ProducerGroupIn
 from app.errors import NotFound
 from app.storage import groups
 from app.storage.db import wraps_db_errors, write_transaction
+from app.storage.schema import AnyRow
 
 
-def _shape(row: Row) -> dict[str, Any]:
+def _shape(row: AnyRow) -> dict[str, Any]:
     return {"producer_group": row.name, "check_urls": groups.check_urls(row),
             "check_timeout_ms": row.check_timeout_ms, "created_at": row.created_at,
             "updated_at": row.updated_at}

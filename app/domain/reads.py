@@ -6,11 +6,12 @@ import base64
 from typing import Any
 
 import orjson
-from sqlalchemy import Engine, Row
+from sqlalchemy import Engine
 
 from app.errors import InvalidRequest, NotFound
 from app.storage import reads, topics
 from app.storage.db import wraps_db_errors
+from app.storage.schema import AnyRow
 from app.vocabulary import State
 
 
@@ -20,12 +21,12 @@ def body_fields(body: bytes, is_text: bool) -> dict[str, str]:
     return {"body_base64": base64.b64encode(body).decode()}
 
 
-def message_meta(row: Row) -> dict[str, Any]:
+def message_meta(row: AnyRow) -> dict[str, Any]:
     return {"keys": orjson.loads(row.keys), "tag": row.tag,
             "properties": orjson.loads(row.properties)}
 
 
-def _transaction(row: Row, messages: list[Row], offsets: dict[str, int]) -> dict[str, Any]:
+def _transaction(row: AnyRow, messages: list[AnyRow], offsets: dict[str, int]) -> dict[str, Any]:
     out: dict[str, Any] = {
         "transaction_id": row.transaction_id, "producer_group": row.producer_group,
         "state": row.state, "check_times": row.check_times, "created_at": row.created_at,

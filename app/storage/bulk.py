@@ -21,7 +21,6 @@ from sqlalchemy import (
     Column,
     Connection,
     LargeBinary,
-    Select,
     String,
     Table,
     Text,
@@ -34,7 +33,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import postgresql
 
-from app.storage.schema import half_message
+from app.storage.schema import AnySelect, half_message
 
 Key = tuple[str, str]  # (producer_group, transaction_id)
 
@@ -96,7 +95,7 @@ def insert_rows(conn: Connection, table: Table, rows: Sequence[Mapping[str, Any]
         conn.execute(_insert_stmt(table), list(rows))
 
 
-def by_txn_ids(conn: Connection, stmt: Select, ids: list[int]) -> Any:
+def by_txn_ids(conn: Connection, stmt: AnySelect, ids: list[int]) -> Any:
     """Run ``stmt`` (selecting rows of half_message) for these transaction ids, in send order."""
     order = (half_message.c.txn_id, half_message.c.seq)
     if is_pg(conn):
@@ -105,6 +104,6 @@ def by_txn_ids(conn: Connection, stmt: Select, ids: list[int]) -> Any:
 
 
 @functools.lru_cache(maxsize=32)
-def _pg_by_txn_ids(stmt: Select, order: tuple[Any, ...]) -> Select:
+def _pg_by_txn_ids(stmt: AnySelect, order: tuple[Any, ...]) -> AnySelect:
     return stmt.where(half_message.c.txn_id == any_(TXN_IDS)).order_by(*order)
 

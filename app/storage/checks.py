@@ -16,9 +16,9 @@ from collections.abc import Mapping
 from datetime import datetime
 
 import orjson
-from sqlalchemy import Connection, Row, and_, bindparam, insert, literal_column, or_, select, update
+from sqlalchemy import Connection, and_, bindparam, insert, literal_column, or_, select, update
 
-from app.storage.schema import check_log, producer_group, txn
+from app.storage.schema import AnyRow, check_log, producer_group, txn
 from app.vocabulary import RESOLVED, State
 
 # A literal, not a bound parameter: both planners match a partial index only against
@@ -35,7 +35,7 @@ def any_due(conn: Connection, now: datetime) -> bool:
     return conn.execute(stmt).first() is not None
 
 
-def lock_due(conn: Connection, now: datetime, limit: int) -> list[Row]:
+def lock_due(conn: Connection, now: datetime, limit: int) -> list[AnyRow]:
     """Up to ``limit`` due transactions, oldest due first, locked until the caller's commit.
 
     Each row carries the producer group's registration (``group_urls`` as decoded by
@@ -55,7 +55,7 @@ def lock_due(conn: Connection, now: datetime, limit: int) -> list[Row]:
     return list(conn.execute(stmt))
 
 
-def group_urls(row: Row) -> list[str]:
+def group_urls(row: AnyRow) -> list[str]:
     return orjson.loads(row.group_urls) if row.group_urls is not None else []
 
 
@@ -74,7 +74,7 @@ def take_leases(conn: Connection, owner: str, leases: Mapping[int, datetime]) ->
                                    for i, until in leases.items()])
 
 
-def lease_state(conn: Connection, txn_id: int) -> Row | None:
+def lease_state(conn: Connection, txn_id: int) -> AnyRow | None:
     """State, check count and lease of one transaction (read just before a delivery)."""
     stmt = select(txn.c.state, txn.c.check_times, txn.c.lease_owner).where(txn.c.id == txn_id)
     return conn.execute(stmt).first()
@@ -113,7 +113,7 @@ def release(conn: Connection, txn_id: int, owner: str) -> None:
                  .values(lease_owner=None, lease_until=None))
 
 
-def checks_of(conn: Connection, txn_id: int) -> list[Row]:
+def checks_of(conn: Connection, txn_id: int) -> list[AnyRow]:
     """The check log of one transaction, oldest first."""
     stmt = (select(check_log.c.check_times, check_log.c.result, check_log.c.url,
                    check_log.c.detail, check_log.c.created_at)

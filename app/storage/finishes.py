@@ -11,8 +11,6 @@ from sqlalchemy import (
     BigInteger,
     Column,
     Connection,
-    Row,
-    Select,
     and_,
     any_,
     bindparam,
@@ -25,7 +23,15 @@ from sqlalchemy.dialects import postgresql, sqlite
 
 from app.storage.bulk import KEYS, TXN_IDS, JsonRows, Key, insert_rows, is_pg, key_params
 from app.storage.reads import TXN_COLUMNS
-from app.storage.schema import half_message, message_log, op_log, topic_offset, txn
+from app.storage.schema import (
+    AnyRow,
+    AnySelect,
+    half_message,
+    message_log,
+    op_log,
+    topic_offset,
+    txn,
+)
 
 
 class Published(NamedTuple):
@@ -44,7 +50,7 @@ _PUBLISHED = (half_message.c.id.label("m_id"), half_message.c.message_id.label("
 
 
 @functools.cache
-def _lock_txns_stmt(pg: bool) -> Select:
+def _lock_txns_stmt(pg: bool) -> AnySelect:
     stmt = select(*TXN_COLUMNS, *_PUBLISHED)
     joined = txn.join(KEYS, and_(txn.c.producer_group == KEYS.c.g,
                                  txn.c.transaction_id == KEYS.c.x)) if pg else txn
@@ -54,7 +60,7 @@ def _lock_txns_stmt(pg: bool) -> Select:
 
 
 def lock_txns(conn: Connection, keys: Iterable[Key]
-              ) -> tuple[dict[Key, Row], dict[int, list[Published]]]:
+              ) -> tuple[dict[Key, AnyRow], dict[int, list[Published]]]:
     """Lock transactions (in id order) and read their messages, in one statement.
 
     The transactions by (group, transaction id), and their messages in send order.
@@ -67,7 +73,7 @@ def lock_txns(conn: Connection, keys: Iterable[Key]
     else:
         result = conn.execute(_lock_txns_stmt(False).where(
             tuple_(txn.c.producer_group, txn.c.transaction_id).in_(keys)))
-    rows: dict[Key, Row] = {}
+    rows: dict[Key, AnyRow] = {}
     messages: dict[int, list[Published]] = {}
     for r in result.all():  # one fetch, not one per row
         key = (r.producer_group, r.transaction_id)

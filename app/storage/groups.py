@@ -6,14 +6,14 @@ from collections.abc import Iterable
 from datetime import datetime
 
 import orjson
-from sqlalchemy import Connection, Row, String, any_, bindparam, delete, select
+from sqlalchemy import Connection, String, any_, bindparam, delete, select
 from sqlalchemy.dialects import postgresql, sqlite
 
-from app.storage.schema import producer_group
+from app.storage.schema import AnyRow, producer_group
 
 
 def upsert(conn: Connection, name: str, check_urls: list[str], check_timeout_ms: int,
-           now: datetime) -> Row:
+           now: datetime) -> AnyRow:
     dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
     stmt = dialect.insert(producer_group).values(
         name=name, check_urls=orjson.dumps(check_urls).decode(),
@@ -28,7 +28,7 @@ def upsert(conn: Connection, name: str, check_urls: list[str], check_timeout_ms:
     return conn.execute(stmt).one()
 
 
-def get(conn: Connection, name: str) -> Row | None:
+def get(conn: Connection, name: str) -> AnyRow | None:
     return conn.execute(select(producer_group).where(producer_group.c.name == name)).first()
 
 
@@ -52,5 +52,5 @@ def registered(conn: Connection, names: Iterable[str]) -> set[str]:
     return set(conn.execute(stmt, {"names": sorted(names)}).scalars())
 
 
-def check_urls(row: Row) -> list[str]:
+def check_urls(row: AnyRow) -> list[str]:
     return orjson.loads(row.check_urls)

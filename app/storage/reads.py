@@ -6,10 +6,10 @@ import functools
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from sqlalchemy import Connection, Row, Select, and_, func, select, tuple_
+from sqlalchemy import Connection, and_, func, select, tuple_
 
 from app.storage.bulk import KEYS, Key, by_txn_ids, is_pg, key_params
-from app.storage.schema import half_message, message_log, txn
+from app.storage.schema import AnyRow, AnySelect, half_message, message_log, txn
 from app.vocabulary import State
 
 TXN_COLUMNS = (
@@ -30,7 +30,7 @@ _FIND_TXNS_PG = (select(*TXN_COLUMNS)
                  .order_by(txn.c.id))
 
 
-def find_txns(conn: Connection, keys: Iterable[Key]) -> dict[Key, Row]:
+def find_txns(conn: Connection, keys: Iterable[Key]) -> dict[Key, AnyRow]:
     """Transactions by (group, transaction id), without locking (``finishes.lock_txns``
     locks)."""
     keys = sorted(set(keys))
@@ -45,12 +45,12 @@ def find_txns(conn: Connection, keys: Iterable[Key]) -> dict[Key, Row]:
     return {(r.producer_group, r.transaction_id): r for r in rows}
 
 
-def get_txn(conn: Connection, group: str, transaction_id: str) -> Row | None:
+def get_txn(conn: Connection, group: str, transaction_id: str) -> AnyRow | None:
     return find_txns(conn, [(group, transaction_id)]).get((group, transaction_id))
 
 
 def list_txns(conn: Connection, group: str, state: State | None, after_id: int,
-              limit: int) -> list[Row]:
+              limit: int) -> list[AnyRow]:
     stmt = select(*TXN_COLUMNS).where(txn.c.producer_group == group, txn.c.id > after_id)
     if state is not None:
         stmt = stmt.where(txn.c.state == state.value)
@@ -58,15 +58,15 @@ def list_txns(conn: Connection, group: str, state: State | None, after_id: int,
 
 
 @functools.lru_cache(maxsize=32)
-def _select(columns: tuple[Any, ...]) -> Select:
+def _select(columns: tuple[Any, ...]) -> AnySelect:
     return select(*columns)
 
 
 def messages_of(conn: Connection, txn_ids: Iterable[int],
-                columns: Sequence[Any] = MESSAGE_COLUMNS) -> dict[int, list[Row]]:
+                columns: Sequence[Any] = MESSAGE_COLUMNS) -> dict[int, list[AnyRow]]:
     """The half messages of these transactions, by transaction id, in send order."""
     ids = sorted(set(txn_ids))
-    out: dict[int, list[Row]] = {i: [] for i in ids}
+    out: dict[int, list[AnyRow]] = {i: [] for i in ids}
     if not ids:
         return out
     for row in by_txn_ids(conn, _select(tuple(columns)), ids):
@@ -82,10 +82,10 @@ _COMMITTED_OFFSETS = (
 )
 
 
-def committed_offsets(conn: Connection, txn_ids: Iterable[int]) -> dict[int, list[Row]]:
+def committed_offsets(conn: Connection, txn_ids: Iterable[int]) -> dict[int, list[AnyRow]]:
     """(message_id, topic, offset) of committed transactions, in send order."""
     ids = sorted(set(txn_ids))
-    out: dict[int, list[Row]] = {i: [] for i in ids}
+    out: dict[int, list[AnyRow]] = {i: [] for i in ids}
     if not ids:
         return out
     for row in by_txn_ids(conn, _COMMITTED_OFFSETS, ids):

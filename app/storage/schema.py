@@ -15,7 +15,7 @@ Table groups:
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeAlias
 
 from sqlalchemy import (
     BigInteger,
@@ -27,6 +27,8 @@ from sqlalchemy import (
     Integer,
     LargeBinary,
     MetaData,
+    Row,
+    Select,
     String,
     Table,
     Text,
@@ -42,6 +44,9 @@ NAME = String(127)
 # repeats it literally (both planners match a partial index only against it)
 PREPARED_PREDICATE = f"state = '{State.PREPARED.value}'"
 BigId = BigInteger().with_variant(Integer(), "sqlite")
+# a row, or a SELECT, of any columns (SQLAlchemy 2.1 types both as variadic generics)
+AnyRow: TypeAlias = "Row[*tuple[Any, ...]]"
+AnySelect: TypeAlias = "Select[*tuple[Any, ...]]"
 
 
 class UTCDateTime(TypeDecorator[datetime]):

@@ -12,13 +12,13 @@ from datetime import datetime
 from typing import Any, NamedTuple, Protocol
 
 import orjson
-from sqlalchemy import Select, and_, exists, insert, select
+from sqlalchemy import and_, exists, insert, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 
 from app.storage.bulk import JsonRows, Key, insert_rows, is_pg
 from app.storage.groups import registered
-from app.storage.schema import half_message, producer_group, txn
+from app.storage.schema import AnySelect, half_message, producer_group, txn
 from app.vocabulary import State
 
 
@@ -129,7 +129,7 @@ _SEND_MESSAGES = JsonRows("m", [txn.c.producer_group, txn.c.transaction_id,
 
 
 @functools.cache
-def _store_sends_stmt() -> Select:
+def _store_sends_stmt() -> AnySelect:
     t, m = _SEND_TXNS, _SEND_MESSAGES
     new = (postgresql.insert(txn)
            .from_select(list(_SEND_TXN_COLUMNS), select(*(t.col(n) for n in _SEND_TXN_COLUMNS))

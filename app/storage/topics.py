@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from sqlalchemy import Connection, Row, and_, func, select
+from sqlalchemy import Connection, and_, func, select
 
 from app.storage.reads import MESSAGE_COLUMNS
-from app.storage.schema import half_message, message_log, topic_offset, txn
+from app.storage.schema import AnyRow, half_message, message_log, topic_offset, txn
 
 
-def read_topic(conn: Connection, topic: str, from_offset: int, limit: int) -> list[Row]:
+def read_topic(conn: Connection, topic: str, from_offset: int, limit: int) -> list[AnyRow]:
     stmt = (
         select(message_log.c.queue_offset, message_log.c.committed_at,
                func.coalesce(message_log.c.properties, half_message.c.properties)
@@ -25,13 +25,13 @@ def read_topic(conn: Connection, topic: str, from_offset: int, limit: int) -> li
     return list(conn.execute(stmt))
 
 
-def list_topics(conn: Connection, after: str, limit: int) -> list[Row]:
+def list_topics(conn: Connection, after: str, limit: int) -> list[AnyRow]:
     stmt = (select(topic_offset).where(topic_offset.c.topic > after)
             .order_by(topic_offset.c.topic).limit(limit))
     return list(conn.execute(stmt))
 
 
-def get_message(conn: Connection, message_id: str) -> Row | None:
+def get_message(conn: Connection, message_id: str) -> AnyRow | None:
     stmt = (
         select(*MESSAGE_COLUMNS, txn.c.transaction_id, txn.c.producer_group,
                txn.c.state, message_log.c.queue_offset, message_log.c.committed_at)
