@@ -26,6 +26,7 @@ test: install lint
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check app checker spark_outbox migrations tests scripts bench clients
 	$(VENV)/bin/lint-imports
+	$(VENV)/bin/mypy
 
 bench: install
 	$(PY) -m bench.run --gunicorn

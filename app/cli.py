@@ -11,11 +11,15 @@ import os
 import shutil
 import sys
 import tempfile
+from typing import TYPE_CHECKING
 
 import click
 
+if TYPE_CHECKING:
+    from app.config import Settings
 
-def _settings():  # type: ignore[no-untyped-def]
+
+def _settings() -> Settings:
     from app.config import Settings
 
     return Settings()

@@ -5,7 +5,7 @@ first imported and scrapes aggregate every process's files."""
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -49,7 +49,7 @@ class _HalfMessages:
     def __init__(self, count: Callable[[], int]) -> None:
         self._count = count
 
-    def collect(self):  # type: ignore[no-untyped-def]
+    def collect(self) -> Iterator[GaugeMetricFamily]:
         yield GaugeMetricFamily("txmsg_half_messages",
                                 "Half messages not yet resolved (PREPARED), from the database.",
                                 value=self._count())

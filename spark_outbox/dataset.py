@@ -25,6 +25,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 from urllib.parse import unquote
 
 from spark_outbox.errors import IngestError
@@ -146,7 +147,7 @@ class OutputDir:
         if (self.root / STAGING).exists():
             shutil.rmtree(self.root / STAGING)
 
-    def _read_json(self, name: str) -> dict | None:
+    def _read_json(self, name: str) -> Any:  # the file's JSON, or None when there is no file
         path = self.root / name
         if not path.exists():
             return None

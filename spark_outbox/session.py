@@ -15,9 +15,13 @@ import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from app.config import Settings
 from spark_outbox.errors import EXIT_CANNOT_RUN, IngestError
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 LOG4J_CONFIG = Path(__file__).resolve().with_name("log4j2.properties")
 MIN_JAVA = 17
@@ -52,8 +56,8 @@ def check_java(environ: Mapping[str, str]) -> None:
                               EXIT_CANNOT_RUN)
 
 
-def build_session(settings: Settings, environ: Mapping[str, str],  # type: ignore[no-untyped-def]
-                  jars: Sequence[str] = ()):
+def build_session(settings: Settings, environ: Mapping[str, str],
+                  jars: Sequence[str] = ()) -> SparkSession:
     """The run's SparkSession, with ``jars`` (JDBC drivers) on the driver and executors."""
     from pyspark.sql import SparkSession
 

@@ -33,6 +33,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, NamedTuple
 
 from a2wsgi import WSGIMiddleware
+from a2wsgi.asgi_typing import HTTPScope, Receive, ReceiveEvent, Scope, Send
 from flask import Flask
 from werkzeug.exceptions import (
     HTTPException,
@@ -48,11 +49,6 @@ from app.api.transactions import check_finish, parse_send, send_answer
 from app.errors import ApiError, InvalidRequest
 from app.storage.db import unavailable
 from app.vocabulary import Op
-
-Scope = dict[str, Any]
-Message = dict[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
 
 # the Flask rules' shapes: <group> and <transaction_id> are one path segment each
 _ROUTE = re.compile(r"/v1/producer-groups/([^/]+)/transactions(?:/([^/]+)/(commit|rollback))?")
@@ -114,7 +110,7 @@ class Api:
             pool = self._probes if path == "/readyz" else self._flask
             await pool(scope, _replay(raw), send)
 
-    def _match(self, scope: Scope) -> re.Match[str] | None:
+    def _match(self, scope: HTTPScope) -> re.Match[str] | None:
         if scope["method"] != "POST" or scope.get("root_path"):
             return None
         path = scope["path"]
@@ -123,7 +119,7 @@ class Api:
             return None
         return match
 
-    async def _read_body(self, scope: Scope, receive: Receive, send: Send,
+    async def _read_body(self, scope: HTTPScope, receive: Receive, send: Send,
                          head: _Head) -> bytes | None:
         """The whole body, or None once refused (408, 413, or 400 for a body cut short:
         a client gone, or chunked framing the server could not decode)."""
@@ -154,7 +150,8 @@ class Api:
         else:
             await _answer(send, *http_problem(exc, path), _PROBLEM)
 
-    async def _serve(self, scope: Scope, match: re.Match[str], raw: bytes, send: Send) -> None:
+    async def _serve(self, scope: HTTPScope, match: re.Match[str], raw: bytes,
+                     send: Send) -> None:
         group, transaction_id, op = match.groups()
         path = scope["path"]
         content_type = _JSON
@@ -231,7 +228,7 @@ async def _read_all(receive: Receive, limit: int | None) -> bytes | HTTPExceptio
             return InvalidRequest("the request body ended before it was whole (the client "
                                   "went away, or its chunked framing is malformed)",
                                   code="incomplete_body")
-        chunk = message.get("body", b"")
+        chunk = message.get("body", b"") if message["type"] == "http.request" else b""
         size += len(chunk)
         if limit is not None and size > limit:
             return RequestEntityTooLarge()
@@ -240,18 +237,18 @@ async def _read_all(receive: Receive, limit: int | None) -> bytes | HTTPExceptio
             return b"".join(chunks)
 
 
-def _replay(body: bytes) -> Callable[[], Awaitable[Message]]:
+def _replay(body: bytes) -> Callable[[], Awaitable[ReceiveEvent]]:
     """A receive that hands over a body already read whole. a2wsgi reads the body from a
     worker thread with run_coroutine_threadsafe, which takes a coroutine function."""
 
-    async def receive() -> Message:
+    async def receive() -> ReceiveEvent:
         return {"type": "http.request", "body": body, "more_body": False}
 
     return receive
 
 
-def _coroutine(receive: Receive) -> Callable[[], Awaitable[Message]]:
-    async def receive_coroutine() -> Message:  # a server's receive may be another awaitable
+def _coroutine(receive: Receive) -> Callable[[], Awaitable[ReceiveEvent]]:
+    async def receive_coroutine() -> ReceiveEvent:  # a server's receive may be another awaitable
         return await receive()
 
     return receive_coroutine

@@ -109,7 +109,7 @@ def apply_sends(conn: Connection, cmds: Sequence[SendCmd]) -> list[SendResult | 
             out.append(UnregisteredProducerGroup(
                 f"producer group {cmd.group!r} has no check callback registration; "
                 f"PUT /v1/producer-groups/{cmd.group} first"))
-        elif key not in inserted:
+        elif row is not None:  # the id is taken: a retried send
             out.append(_retried_send(cmd, row.fingerprint, row.created_at,
                                      [(m.message_id, m.topic) for m in existing_messages[row.id]],
                                      State(row.state)))
@@ -160,11 +160,11 @@ def apply_finishes(conn: Connection, cmds: Sequence[FinishCmd]) -> list[FinishRe
         if row is None:
             decided.append((cmd, None, None, None))
             continue
-        before = current[row.id]
-        outcome = states.decide(before, cmd.op)
-        if outcome is Outcome.APPLY:
+        state = current[row.id]
+        verdict = states.decide(state, cmd.op)
+        if verdict is Outcome.APPLY:
             current[row.id] = states.target(cmd.op)
-        decided.append((cmd, row, outcome, before))
+        decided.append((cmd, row, verdict, state))
 
     applied = [(c, r) for c, r, o, _ in decided if o is Outcome.APPLY]
     to_publish = [(c, r) for c, r in applied if c.op in (Op.COMMIT, Op.DISCARD)]
@@ -186,7 +186,7 @@ def apply_finishes(conn: Connection, cmds: Sequence[FinishCmd]) -> list[FinishRe
 
     out: list[FinishResult | ApiError] = []
     for cmd, row, outcome, before in decided:
-        if row is None:
+        if row is None or before is None:  # both None together: no such transaction
             out.append(NotFound(f"no transaction {cmd.transaction_id!r} in producer group "
                                 f"{cmd.group!r}", code="transaction_not_found"))
         elif outcome is Outcome.CONFLICT:

@@ -11,7 +11,7 @@ import binascii
 import functools
 import hashlib
 import re
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 from urllib.parse import urlsplit
 
 import orjson
@@ -150,7 +150,8 @@ class MessageIn(BaseModel):
         every instance and reads them through ``__getattr__``."""
         if self.body is not None:
             return self.body.encode()
-        return base64.b64decode(self.body_base64, validate=True)  # type: ignore[arg-type]
+        assert self.body_base64 is not None  # _one_body: exactly one of the two is given
+        return base64.b64decode(self.body_base64, validate=True)
 
     @property
     def body_is_text(self) -> bool:
@@ -246,7 +247,10 @@ def parse_producer_group(payload: Any) -> ProducerGroupIn:
     return _validate(ProducerGroupIn, payload, None)
 
 
-def _validate(model: type[BaseModel], payload: Any, context: dict | None) -> Any:
+Model = TypeVar("Model", bound=BaseModel)
+
+
+def _validate(model: type[Model], payload: Any, context: dict[str, Any] | None) -> Model:
     if not isinstance(payload, dict):
         raise InvalidRequest("the request body must be a JSON object", code="invalid_body_type")
     try:

@@ -6,15 +6,19 @@ import functools
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import ExceptionContext, make_url
-from sqlalchemy.pool import NullPool
+from sqlalchemy.engine.interfaces import DBAPIConnection
+from sqlalchemy.pool import ConnectionPoolEntry, NullPool
 
 from app.config import Settings
 from app.errors import DatabaseUnavailable
+
+if TYPE_CHECKING:
+    from alembic.config import Config
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent.parent.parent / "migrations"
 
@@ -50,7 +54,7 @@ def make_engine(settings: Settings, *, pool: bool = True) -> Engine:
     # slow down with every transaction stored; planning each batch costs far less.
     options = (f"-c statement_timeout={settings.db_statement_timeout_ms}"
                " -c plan_cache_mode=force_custom_plan")
-    kwargs: dict = {}
+    kwargs: dict[str, Any] = {}
     if pool:
         kwargs.update(
             pool_size=settings.db_pool_size,
@@ -88,7 +92,7 @@ def _failed_ping_is_a_disconnect(ctx: ExceptionContext) -> None:
 
 def _configure_sqlite(engine: Engine, settings: Settings) -> None:
     @event.listens_for(engine, "connect")
-    def _on_connect(dbapi_conn, _record):  # type: ignore[no-untyped-def]
+    def _on_connect(dbapi_conn: DBAPIConnection, _record: ConnectionPoolEntry) -> None:
         # SQLAlchemy, not pysqlite, issues BEGIN (so writers can take BEGIN IMMEDIATE);
         # synchronous=FULL: an answered commit survives power loss, not just a crash
         dbapi_conn.isolation_level = None
@@ -170,7 +174,7 @@ def refuses_writes(conn: Connection) -> bool:
     ).scalar())
 
 
-def alembic_config(database_url: str):  # type: ignore[no-untyped-def]
+def alembic_config(database_url: str) -> Config:
     from alembic.config import Config
 
     cfg = Config()

@@ -53,4 +53,5 @@ def registered(conn: Connection, names: Iterable[str]) -> set[str]:
 
 
 def check_urls(row: AnyRow) -> list[str]:
-    return orjson.loads(row.check_urls)
+    urls: list[str] = orjson.loads(row.check_urls)
+    return urls

@@ -140,7 +140,7 @@ class GroupCommitWriter(Generic[T]):
     answered within about ``timeout`` of the start of the batch ahead of it.
     """
 
-    def __init__(self, engine: Engine, apply: ApplyFn, *, max_batch: int = 512,
+    def __init__(self, engine: Engine, apply: ApplyFn[T], *, max_batch: int = 512,
                  name: str = "txmsg-writer", one_statement: bool = False,
                  on_batch: Callable[[int], object] | None = None,
                  timeout: float | None = None) -> None:
