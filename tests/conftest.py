@@ -54,9 +54,19 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
         url = request.getfixturevalue("pg_database")
         _truncate_pg(url)
         return url
+    return _sqlite_copy(request.getfixturevalue("sqlite_template"), tmp_path)
+
+
+def _sqlite_copy(template: Path, tmp_path: Path) -> str:
     path = tmp_path / "txmsg.db"
-    shutil.copy(request.getfixturevalue("sqlite_template"), path)
+    shutil.copy(template, path)
     return f"sqlite:///{path}"
+
+
+@pytest.fixture
+def sqlite_url(sqlite_template: Path, tmp_path: Path) -> str:
+    """A migrated, empty SQLite file (for SQLite-only tests)."""
+    return _sqlite_copy(sqlite_template, tmp_path)
 
 
 @pytest.fixture

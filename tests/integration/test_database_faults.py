@@ -214,11 +214,9 @@ def test_a_read_only_postgresql_answers_503_and_is_not_ready(
     assert service.register().status == 200
 
 
-def test_a_read_only_sqlite_file_answers_503(database_url: str, service_factory: Any) -> None:
-    if not database_url.startswith("sqlite"):
-        pytest.skip("a read-only file is SQLite's case")
-    path = make_url(database_url).database
-    writable = service_factory(database_url=database_url)
+def test_a_read_only_sqlite_file_answers_503(sqlite_url: str, service_factory: Any) -> None:
+    path = make_url(sqlite_url).database
+    writable = service_factory(database_url=sqlite_url)
     assert writable.register().status == 200
     assert writable.send("c").status == 201
     read_only = service_factory(database_url=f"sqlite:///file:{path}?mode=ro&uri=true")
