@@ -58,6 +58,14 @@ class Settings(BaseSettings):
     # check service
     checker_batch_size: int = Field(200, ge=1)
     checker_concurrency: int = Field(16, ge=1)
+    # checks of one producer group in flight at once in one checker: a group whose
+    # callbacks hang holds this many workers at most, the others go on
+    checker_group_concurrency: int = Field(4, ge=1)
+    # a check's database work that fails is tried again for this long; then its lease is
+    # given back (due at once) instead of held until it expires
+    checker_db_retry_seconds: float = Field(5, ge=0)
+    # while the database is unavailable the checker says so once, then at most this often
+    checker_outage_log_seconds: float = Field(60, gt=0)
     # a claim lasts the callbacks' own timeouts plus this margin (a dead checker's claims
     # are retried, with the same check number, once it runs out)
     checker_lease_seconds: float = Field(120, gt=0)
