@@ -18,6 +18,8 @@ class Settings(BaseSettings):
     check_interval_seconds: float = Field(30, ge=0)
     check_max_times: int = Field(15, ge=1)
     max_body_bytes: int = Field(4 * 1024 * 1024, ge=1)
+    # most body bytes in one page of a read (a page always holds at least one message)
+    max_read_bytes: int = Field(16 * 1024 * 1024, ge=1)
 
     # database connection pool (PostgreSQL); SQLite uses one pooled connection per thread
     db_pool_size: int = Field(10, ge=1)
