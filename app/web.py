@@ -11,8 +11,8 @@ from app.api import groups, health, topics, transactions
 from app.api.asgi import Api
 from app.api.http import register_error_handlers
 from app.config import Settings
-from app.lifetime import die_with_parent
 from app.domain.lifecycle import Lifecycle
+from app.lifetime import die_with_parent
 from app.storage.db import make_engine
 
 
