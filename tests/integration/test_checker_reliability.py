@@ -32,6 +32,21 @@ def dropped_connection(statement: str) -> OperationalError:
         "terminated abnormally"))
 
 
+def fail_first_record(monkeypatch: Any) -> list[int]:
+    """The first recording of a check fails as on a dropped connection; the check
+    numbers whose recording failed."""
+    real, failed = checks_storage.record_check, []
+
+    def flaky(conn: Any, **kwargs: Any) -> bool:
+        if not failed:
+            failed.append(kwargs["check_times"])
+            raise dropped_connection("UPDATE txn SET check_times=...")
+        return bool(real(conn, **kwargs))
+
+    monkeypatch.setattr(checks_storage, "record_check", flaky)
+    return failed
+
+
 def test_a_group_whose_callbacks_hang_does_not_hold_up_other_groups(harness_factory) -> None:  # noqa: F811
     h = harness_factory(checker_concurrency=6, checker_group_concurrency=2)
     hold = threading.Event()
@@ -65,15 +80,7 @@ def test_a_failed_record_is_retried_at_once_not_after_the_lease(harness_factory,
     h = harness_factory(checker_lease_seconds=600)
     cb = h.callback(answer("COMMIT"))
     h.register("shop", [cb.url])
-    real, failed = checks_storage.record_check, []
-
-    def flaky(conn: Any, **kwargs: Any) -> bool:
-        if not failed:
-            failed.append(kwargs["check_times"])
-            raise dropped_connection("UPDATE txn SET check_times=...")
-        return real(conn, **kwargs)
-
-    monkeypatch.setattr(checks_storage, "record_check", flaky)
+    failed = fail_first_record(monkeypatch)
     h.send("shop", "order-1")
     h.start_checker()
 
@@ -89,21 +96,14 @@ def test_a_record_that_keeps_failing_gives_the_lease_back(harness_factory,  # no
     h = harness_factory(checker_lease_seconds=600, checker_db_retry_seconds=0)
     cb = h.callback(answer("COMMIT"))
     h.register("shop", [cb.url])
-    real, failed = checks_storage.record_check, []
-
-    def flaky(conn: Any, **kwargs: Any) -> bool:
-        if not failed:
-            failed.append(kwargs["check_times"])
-            raise dropped_connection("UPDATE txn SET check_times=...")
-        return real(conn, **kwargs)
-
-    monkeypatch.setattr(checks_storage, "record_check", flaky)
+    failed = fail_first_record(monkeypatch)
     caplog.set_level(logging.WARNING, logger="app.domain.checks")
     h.send("shop", "order-1")
     h.start_checker()
 
     assert wait_until(lambda: settled(h, "shop", "order-1"), timeout=30) == "COMMITTED"
     # the same check number delivered again (as after a lost lease), counted once
+    assert failed == [1]
     assert cb.numbers("order-1") == [1, 1]
     assert [c.check_times for c in h.check_log("shop", "order-1")] == [1]
     given_back = [r.getMessage() for r in caplog.records if "due again now" in r.getMessage()]
