@@ -30,8 +30,9 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from sqlalchemy import Engine
 
 from app.config import Settings
-from app.domain.checks import DB_ERRORS, Checks, Claim, describe
+from app.domain.checks import DB_ERRORS, Checks, Claim
 from app.domain.lifecycle import utcnow
+from app.errors import one_line
 from checker import callback
 from checker.callback import Answer
 
@@ -183,11 +184,11 @@ class OutageLog:
         now = self._clock()
         if self._since is None:
             self._since = self._said = now
-            log.warning("database unavailable, checks paused: %s", describe(exc))
+            log.warning("database unavailable, checks paused: %s", one_line(exc))
         elif now - self._said >= self.every:
             self._said = now
             log.warning("database still unavailable after %.0f s, checks paused: %s",
-                        now - self._since, describe(exc))
+                        now - self._since, one_line(exc))
 
     def recovered(self) -> None:
         if self._since is not None:

@@ -38,9 +38,9 @@ from app.config import Settings
 from app.domain.lifecycle import Lifecycle, utcnow
 from app.domain.messages import ProducerGroupIn
 from app.domain.reads import body_fields, message_meta
-from app.errors import ApiError, DatabaseUnavailable
+from app.errors import ApiError, DatabaseUnavailable, one_line
 from app.storage import checks, reads
-from app.storage.db import describe, make_engine, write_transaction
+from app.storage.db import make_engine, write_transaction
 from app.vocabulary import Op, Resolution, State
 
 log = logging.getLogger(__name__)
@@ -290,9 +290,9 @@ class Checks:
             self._retrying(lambda: self._release_due(claim))
         except DB_ERRORS as again:
             log.warning("%s of %s: %s; its lease runs out by itself (%s)", what, claim.name,
-                        describe(exc), describe(again))
+                        one_line(exc), one_line(again))
         else:
-            log.warning("%s of %s: %s; due again now", what, claim.name, describe(exc))
+            log.warning("%s of %s: %s; due again now", what, claim.name, one_line(exc))
 
     def _release_due(self, claim: Claim) -> None:
         with write_transaction(self.engine) as conn:

@@ -148,14 +148,6 @@ def unavailable(exc: BaseException) -> DatabaseUnavailable | None:
     return None
 
 
-def describe(exc: BaseException) -> str:
-    """A database error in one short line, for logs: the driver's first line, without the
-    SQL statement and parameters SQLAlchemy appends."""
-    orig = getattr(exc, "orig", None) or exc
-    lines = str(orig).strip().splitlines()
-    return f"{type(orig).__name__}: {lines[0] if lines else ''}"[:200]
-
-
 def wraps_db_errors(fn: Callable[P, R]) -> Callable[P, R]:
     """Turn an unavailable database (see ``unavailable``) into DatabaseUnavailable (503)."""
 

@@ -27,10 +27,9 @@ def read_topic(conn: Connection, topic: str, from_offset: int, limit: int,
         .limit(limit)
         .subquery("first")
     )
-    in_order = {"order_by": first.c.queue_offset}
     sized = select(
-        first, func.sum(first.c.size).over(**in_order).label("running"),
-        func.row_number().over(**in_order).label("n"),
+        *first.c, func.sum(first.c.size).over(order_by=first.c.queue_offset).label("running"),
+        func.row_number().over(order_by=first.c.queue_offset).label("n"),
     ).subquery("sized")
     stmt = (
         select(sized.c.queue_offset, sized.c.committed_at,
