@@ -54,6 +54,9 @@ def serve(host: str, port: int, no_checker: bool, no_migrate: bool, workers: int
     """Serve the API on Granian, with the check service alongside unless --no-checker."""
     metrics_dir = tempfile.mkdtemp(prefix="txmsg-metrics-")
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir
+    from app.lifetime import PARENT_PID_ENV
+
+    os.environ[PARENT_PID_ENV] = str(os.getpid())  # the web workers die with this process
     import multiprocessing
 
     multiprocessing.set_start_method("spawn", force=True)

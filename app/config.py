@@ -18,6 +18,8 @@ class Settings(BaseSettings):
     check_interval_seconds: float = Field(30, ge=0)
     check_max_times: int = Field(15, ge=1)
     max_body_bytes: int = Field(4 * 1024 * 1024, ge=1)
+    # most body bytes in one page of a read (a page always holds at least one message)
+    max_read_bytes: int = Field(16 * 1024 * 1024, ge=1)
 
     # database connection pool (PostgreSQL); SQLite uses one pooled connection per thread
     db_pool_size: int = Field(10, ge=1)
@@ -58,6 +60,14 @@ class Settings(BaseSettings):
     # check service
     checker_batch_size: int = Field(200, ge=1)
     checker_concurrency: int = Field(16, ge=1)
+    # checks of one producer group in flight at once in one checker: a group whose
+    # callbacks hang holds this many workers at most, the others go on
+    checker_group_concurrency: int = Field(4, ge=1)
+    # a check's database work that fails is tried again for this long; then its lease is
+    # given back (due at once) instead of held until it expires
+    checker_db_retry_seconds: float = Field(5, ge=0)
+    # while the database is unavailable the checker says so once, then at most this often
+    checker_outage_log_seconds: float = Field(60, gt=0)
     # a claim lasts the callbacks' own timeouts plus this margin (a dead checker's claims
     # are retried, with the same check number, once it runs out)
     checker_lease_seconds: float = Field(120, gt=0)

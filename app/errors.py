@@ -40,3 +40,11 @@ class UnregisteredProducerGroup(ApiError):
 
 class DatabaseUnavailable(ApiError):
     status, code, title = 503, "database_unavailable", "Database unavailable"
+
+
+def one_line(exc: BaseException) -> str:
+    """An error in one short line, for logs: for a database error, the driver's first
+    line, without the SQL statement and parameters SQLAlchemy appends."""
+    orig = getattr(exc, "orig", None) or exc
+    lines = str(orig).strip().splitlines()
+    return f"{type(orig).__name__}: {lines[0] if lines else ''}"[:200]

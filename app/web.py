@@ -12,6 +12,7 @@ from app.api.asgi import Api
 from app.api.http import register_error_handlers
 from app.config import Settings
 from app.domain.lifecycle import Lifecycle
+from app.lifetime import die_with_parent
 from app.storage.db import make_engine
 
 
@@ -41,9 +42,11 @@ def create_app(settings: Settings | None = None, *, engine: Engine | None = None
 
 def app_from_env() -> Flask:
     """WSGI entry point, for a WSGI server (settings from TXMSG_* variables)."""
+    die_with_parent()
     return create_app()
 
 
 def asgi_from_env() -> Api:
     """ASGI entry point, as ``txmsg serve`` runs it (settings from TXMSG_* variables)."""
+    die_with_parent()
     return Api(create_app())

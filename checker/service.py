@@ -4,7 +4,10 @@ An APScheduler job polls every ``checker_poll_seconds`` (at most 1 s, so a trans
 is checked within a second of becoming due whatever the check interval). Each poll
 claims, with a database lease, no more due transactions than the bounded pool has free
 workers (``checker_concurrency``, at most ``checker_batch_size`` per claim), so memory
-depends on those settings, not on the backlog, and one slow callback holds one worker.
+depends on those settings, not on the backlog, and one slow callback holds one worker;
+a producer group holds at most its share of them (``app.domain.checks.Shares``).
+While the database is unavailable the poll says so in one line, then at most once per
+``checker_outage_log_seconds``, and once more when it is back.
 What is due, what is asked and what an answer does are the domain's
 (``app.domain.checks``); this module only runs them and makes the calls.
 """
@@ -18,6 +21,7 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -28,6 +32,7 @@ from sqlalchemy import Engine
 from app.config import Settings
 from app.domain.checks import DB_ERRORS, Checks, Claim
 from app.domain.lifecycle import utcnow
+from app.errors import one_line
 from checker import callback
 from checker.callback import Answer
 
@@ -55,6 +60,7 @@ class CheckService:
         self._slots = threading.Condition()
         self._stopping = threading.Event()
         self._local = threading.local()
+        self._outage = OutageLog(settings.checker_outage_log_seconds)
         self._scheduler = BackgroundScheduler(
             timezone="UTC", executors={_EXECUTOR: JobExecutor(1)},
             job_defaults={"misfire_grace_time": None})
@@ -114,15 +120,17 @@ class CheckService:
                     continue
             wanted = min(free, self.settings.checker_batch_size)
             try:
-                claims = self.checks.claim(wanted)
+                claims, passed = self.checks.claim(wanted)
             except DB_ERRORS as exc:
-                log.warning("cannot claim due transactions: %s", exc)
+                self._outage.failed(exc)
                 return
+            self._outage.recovered()
             for claim in claims:
                 with self._slots:
                     self._busy += 1
                 self._pool.submit(self._run, claim)
-            if len(claims) < wanted or time.monotonic() >= deadline:
+            # passed over a group at its share: other groups may have more due
+            if (len(claims) < wanted and not passed) or time.monotonic() >= deadline:
                 return
 
     def _run(self, claim: Claim) -> None:
@@ -131,6 +139,7 @@ class CheckService:
         except Exception:  # the lease expires and another poll retries it
             log.exception("check of %s failed", claim.name)
         finally:
+            self.checks.done(claim)
             with self._slots:
                 self._busy -= 1
                 self._slots.notify_all()
@@ -158,6 +167,34 @@ class CheckService:
         log.log(level, "check #%d of %s: %s from %s%s", claim.number, claim.name,
                 answer.result.value, answer.url or "-",
                 f" ({answer.detail})" if answer.detail else "")
+
+
+class OutageLog:
+    """One warning when the database becomes unavailable, then at most one per ``every``
+    seconds while it stays so, and one line when it is back (a poll every 0.5 s would
+    otherwise log each failure, with its SQL)."""
+
+    def __init__(self, every: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.every = every
+        self._clock = clock
+        self._since: float | None = None
+        self._said = 0.0
+
+    def failed(self, exc: BaseException) -> None:
+        now = self._clock()
+        if self._since is None:
+            self._since = self._said = now
+            log.warning("database unavailable, checks paused: %s", one_line(exc))
+        elif now - self._said >= self.every:
+            self._said = now
+            log.warning("database still unavailable after %.0f s, checks paused: %s",
+                        now - self._since, one_line(exc))
+
+    def recovered(self) -> None:
+        if self._since is not None:
+            log.info("database available again after %.1f s, checks resumed",
+                     self._clock() - self._since)
+            self._since = None
 
 
 _PLAIN_RESULTS = {callback.Result.COMMIT, callback.Result.ROLLBACK, callback.Result.UNKNOWN}

@@ -246,7 +246,9 @@ class _Builder:
                 "parameters": _parameter_refs("topic"),
                 "get": op(
                     "readTopic", "topics",
-                    "Committed messages of a topic in offset order (unknown topic: empty page)",
+                    "Committed messages of a topic in offset order, at most `limit` and "
+                    "TXMSG_MAX_READ_BYTES of bodies but at least one; the next page starts "
+                    "at `next_offset` (unknown topic: empty page)",
                     {"200": TopicPage},
                     {"400": "invalid_topic, reserved_topic, invalid_query_parameter", **_DB},
                     parameters=("from_offset", "limit")),

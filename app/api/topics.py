@@ -24,10 +24,11 @@ def list_topics() -> Response:
 
 @bp.get("/topics/<topic>/messages")
 def read_topic(topic: str) -> Response:
-    """Committed messages of a topic from ``from_offset``, in offset order."""
+    """Committed messages of a topic from ``from_offset``, in offset order, at most
+    ``limit`` of them and TXMSG_MAX_READ_BYTES of bodies (but at least one)."""
     check_readable_topic(topic)
     return json_response(reads.read_topic(state().engine, topic, int_arg("from_offset", 0, 0),
-                                          limit_arg()))
+                                          limit_arg(), state().settings.max_read_bytes))
 
 
 @bp.get("/messages/<message_id>")

@@ -8,15 +8,27 @@ what makes checks correct across processes, not there being one checker. Answers
 through ``Lifecycle.finish``, the API's own code path.
 
 The checker (``checker.service``) schedules these steps and makes the HTTP calls:
-``Checks.claim``, then per claim ``Checks.payload``, the call, ``Checks.record``.
+``Checks.claim``, then per claim ``Checks.payload``, the call, ``Checks.record``, and
+``Checks.done`` once the claim is over.
+
+Groups share a checker fairly (``Shares``): each has at most ``checker_group_concurrency``
+checks in flight in one checker, and a claim passes over groups at that cap, so a group
+whose callbacks hang holds a few workers, never all of them, and other groups' due
+checks go first. A database error while a claim is held is retried for a few seconds
+(``checker_db_retry_seconds``); if it persists the lease is given back, due at once,
+rather than held until it expires.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import Engine
 from sqlalchemy import exc as sa_exc
@@ -26,20 +38,23 @@ from app.config import Settings
 from app.domain.lifecycle import Lifecycle, utcnow
 from app.domain.messages import ProducerGroupIn
 from app.domain.reads import body_fields, message_meta
-from app.errors import ApiError, DatabaseUnavailable
+from app.errors import ApiError, DatabaseUnavailable, one_line
 from app.storage import checks, reads
 from app.storage.db import make_engine, write_transaction
 from app.vocabulary import Op, Resolution, State
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
+R = TypeVar("R")
 
 # when the group's registration is gone but the transaction named its own check_url
 DEFAULT_TIMEOUT_MS: int = ProducerGroupIn.model_fields["check_timeout_ms"].default
 # asking one URL takes at most: connect (t), wait for the answer (t), finish reading it (t)
 ATTEMPT_TIMEOUTS = 3
-# what a check's database work may raise: the transaction stays leased, and is checked
-# again once the lease has expired
+# what a check's database work may raise: retried, then the lease is given back
 DB_ERRORS = (sa_exc.SQLAlchemyError, DatabaseUnavailable)
+# first pause between two tries of a check's database work, doubled up to the last
+RETRY_FIRST_DELAY, RETRY_MAX_DELAY = 0.05, 1.0
 
 OP_OF = {Resolution.COMMIT: Op.COMMIT, Resolution.ROLLBACK: Op.ROLLBACK}
 _DONE = {Op.COMMIT: "committed", Op.ROLLBACK: "rolled back", Op.DISCARD: "discarded"}
@@ -93,6 +108,43 @@ def exhausted(settings: Settings, check_times: int) -> bool:
     return check_times >= settings.check_max_times
 
 
+class Shares:
+    """Checks in flight per producer group in one checker, at most ``per_group`` each."""
+
+    def __init__(self, per_group: int) -> None:
+        self.per_group = per_group
+        self._in_flight: Counter[str] = Counter()
+        self._lock = threading.Lock()
+
+    def full(self) -> set[str]:
+        """The groups a claim passes over."""
+        with self._lock:
+            return {g for g, n in self._in_flight.items() if n >= self.per_group}
+
+    def admit(self, rows: Iterable[R], group: Callable[[R], str]) -> tuple[list[R], bool]:
+        """The rows, in order, that their group has room for (counted as in flight), and
+        whether any were passed over (there may be more due in other groups)."""
+        taken, passed = [], False
+        with self._lock:
+            for row in rows:
+                if self._in_flight[group(row)] < self.per_group:
+                    self._in_flight[group(row)] += 1
+                    taken.append(row)
+                else:
+                    passed = True
+        return taken, passed
+
+    def done(self, group: str) -> None:
+        with self._lock:
+            self._in_flight[group] -= 1
+            if self._in_flight[group] <= 0:
+                del self._in_flight[group]
+
+    def in_flight(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self._in_flight)
+
+
 class Checks:
     """The checks of one checker: ``owner`` names its leases in the database.
 
@@ -106,28 +158,45 @@ class Checks:
         self._owns_engine = engine is None
         self.engine = engine or make_engine(settings)
         self.lifecycle = Lifecycle(self.engine, settings)
+        self.shares = Shares(min(settings.checker_group_concurrency,
+                                 settings.checker_concurrency))
 
     def close(self) -> None:
         self.lifecycle.close()
         if self._owns_engine:
             self.engine.dispose()
 
-    def claim(self, limit: int) -> list[Claim]:
-        """Lease up to ``limit`` due transactions to this checker, oldest due first."""
+    def claim(self, limit: int) -> tuple[list[Claim], bool]:
+        """Lease up to ``limit`` due transactions to this checker, oldest due first, each
+        group's up to its share; and whether due transactions were passed over because
+        their group's share is full (claim again: other groups may have some due).
+        Each claim counts in its group's share until ``done``."""
         now = utcnow()
         with self.engine.connect() as conn:
             if not checks.any_due(conn, now):
-                return []
-        with write_transaction(self.engine) as conn:
-            claims, leases = [], {}
-            for row in checks.lock_due(conn, now, limit):
-                urls = callback_urls(row.check_url, checks.group_urls(row))
-                timeout = timeout_seconds(row.check_timeout_ms)
-                claims.append(Claim(row.id, row.producer_group, row.transaction_id,
-                                    row.check_times, row.created_at, urls, timeout))
-                leases[row.id] = lease_until(self.settings, now, len(urls), timeout)
-            checks.take_leases(conn, self.owner, leases)
-        return claims
+                return [], False
+        claims: list[Claim] = []
+        try:
+            with write_transaction(self.engine) as conn:
+                leases = {}
+                rows = checks.lock_due(conn, now, limit, skip_groups=self.shares.full())
+                taken, passed = self.shares.admit(rows, lambda r: r.producer_group)
+                for row in taken:
+                    urls = callback_urls(row.check_url, checks.group_urls(row))
+                    timeout = timeout_seconds(row.check_timeout_ms)
+                    claims.append(Claim(row.id, row.producer_group, row.transaction_id,
+                                        row.check_times, row.created_at, urls, timeout))
+                    leases[row.id] = lease_until(self.settings, now, len(urls), timeout)
+                checks.take_leases(conn, self.owner, leases)
+        except BaseException:
+            for claim in claims:
+                self.shares.done(claim.group)
+            raise
+        return claims, passed
+
+    def done(self, claim: Claim) -> None:
+        """The claim is over (checked, recorded, or given back): its share is free."""
+        self.shares.done(claim.group)
 
     def payload(self, claim: Claim) -> dict[str, Any] | None:
         """The callback body of check number ``claim.number``, or None when there is
@@ -136,17 +205,27 @@ class Checks:
         if exhausted(self.settings, claim.check_times):
             self._finish(claim, Op.DISCARD, claim.check_times)
             return None
-        with self.engine.connect() as conn:
-            row = checks.lease_state(conn, claim.txn_id)
-            if (row is None or row.state != State.PREPARED or row.lease_owner != self.owner
-                    or row.check_times != claim.check_times):
-                mine = row is not None and row.lease_owner == self.owner
-                log.info("not checking %s: it is %s now", claim.name,
-                         row.state if row is not None else "gone")
-                if mine:
-                    self.release(claim)
-                return None
-            messages = reads.messages_of(conn, [claim.txn_id])[claim.txn_id]
+
+        def read() -> tuple[Any, list[Any] | None]:
+            """The transaction's lease state, and its messages if it is still ours."""
+            with self.engine.connect() as conn:
+                row = checks.lease_state(conn, claim.txn_id)
+                if (row is None or row.state != State.PREPARED or row.lease_owner != self.owner
+                        or row.check_times != claim.check_times):
+                    return row, None
+                return row, reads.messages_of(conn, [claim.txn_id])[claim.txn_id]
+
+        try:
+            row, messages = self._retrying(read)
+        except DB_ERRORS as exc:
+            self._give_back(claim, f"cannot read it for check #{claim.number}", exc)
+            return None
+        if messages is None:
+            log.info("not checking %s: it is %s now", claim.name,
+                     row.state if row is not None else "gone")
+            if row is not None and row.lease_owner == self.owner:
+                self.release(claim)
+            return None
         return {
             "producer_group": claim.group, "transaction_id": claim.transaction_id,
             "check_times": claim.number, "created_at": claim.created_at,
@@ -163,13 +242,30 @@ class Checks:
         number = claim.number
         last = number >= self.settings.check_max_times
         decided = resolution is not Resolution.UNKNOWN
-        now = utcnow()
-        with write_transaction(self.engine) as conn:
-            recorded = checks.record_check(
-                conn, txn_id=claim.txn_id, owner=self.owner, check_times=number,
-                result=result, url=url, detail=detail, now=now,
-                # keep the lease while we resolve or discard it, so no one checks it meanwhile
-                next_check_at=None if decided or last else next_check(self.settings, now))
+        tries = 0
+
+        def write() -> bool:
+            nonlocal tries
+            tries += 1
+            now = utcnow()
+            with write_transaction(self.engine) as conn:
+                if checks.record_check(
+                        conn, txn_id=claim.txn_id, owner=self.owner, check_times=number,
+                        result=result, url=url, detail=detail, now=now,
+                        # keep the lease while we resolve or discard it, so no one checks
+                        # it meanwhile
+                        next_check_at=None if decided or last else next_check(self.settings,
+                                                                               now)):
+                    return True
+                # a try whose commit succeeded but whose answer was lost already counted it
+                row = checks.lease_state(conn, claim.txn_id)
+                return tries > 1 and row is not None and row.check_times == number
+
+        try:
+            recorded = self._retrying(write)
+        except DB_ERRORS as exc:
+            self._give_back(claim, f"cannot record check #{number}", exc)
+            return False
         if not recorded:
             log.info("check #%d of %s not counted: lease lost to another checker", number,
                      claim.name)
@@ -186,14 +282,44 @@ class Checks:
         with write_transaction(self.engine) as conn:
             checks.release(conn, claim.txn_id, self.owner)
 
+    def _give_back(self, claim: Claim, what: str, exc: BaseException) -> None:
+        """After the database failed us for a while: drop the lease, due at once, so the
+        transaction is checked again as soon as the database is back, not once the lease
+        expires (the same check number, as after a lost lease)."""
+        try:
+            self._retrying(lambda: self._release_due(claim))
+        except DB_ERRORS as again:
+            log.warning("%s of %s: %s; its lease runs out by itself (%s)", what, claim.name,
+                        one_line(exc), one_line(again))
+        else:
+            log.warning("%s of %s: %s; due again now", what, claim.name, one_line(exc))
+
+    def _release_due(self, claim: Claim) -> None:
+        with write_transaction(self.engine) as conn:
+            checks.release(conn, claim.txn_id, self.owner, due_at=utcnow())
+
+    def _retrying(self, work: Callable[[], T]) -> T:
+        """``work()``, tried again with a growing pause while the database fails, for at
+        most ``checker_db_retry_seconds`` (a dropped connection or a failover); then its
+        last error."""
+        deadline = time.monotonic() + self.settings.checker_db_retry_seconds
+        delay = RETRY_FIRST_DELAY
+        while True:
+            try:
+                return work()
+            except DB_ERRORS:
+                if time.monotonic() + delay > deadline:
+                    raise
+            time.sleep(delay)
+            delay = min(2 * delay, RETRY_MAX_DELAY)
+
     def _finish(self, claim: Claim, op: Op, number: int) -> None:
         try:
-            result = self.lifecycle.finish(claim.group, claim.transaction_id, op,
-                                           source="check",
-                                           check_times=number if op is Op.DISCARD else None)
-        except DB_ERRORS as exc:  # still leased: checked again once the lease expires
-            log.warning("cannot %s %s after check #%d: %s", op.value.lower(), claim.name,
-                        number, exc)
+            result = self._retrying(lambda: self.lifecycle.finish(
+                claim.group, claim.transaction_id, op, source="check",
+                check_times=number if op is Op.DISCARD else None))
+        except DB_ERRORS as exc:
+            self._give_back(claim, f"cannot {op.value.lower()} it after check #{number}", exc)
             return
         except ApiError as exc:  # resolved meanwhile through the API
             log.info("%s of %s after check #%d not applied: %s", op.value.lower(), claim.name,

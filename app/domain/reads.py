@@ -75,9 +75,12 @@ def list_transactions(engine: Engine, group: str, state: str | None, after: int,
 
 
 @wraps_db_errors
-def read_topic(engine: Engine, topic: str, from_offset: int, limit: int) -> dict[str, Any]:
+def read_topic(engine: Engine, topic: str, from_offset: int, limit: int,
+               max_bytes: int) -> dict[str, Any]:
+    """A page of committed messages: at most ``limit`` and ``max_bytes`` of bodies (but
+    at least one message); the next page starts at ``next_offset``."""
     with engine.connect() as conn:
-        rows = topics.read_topic(conn, topic, from_offset, limit)
+        rows = topics.read_topic(conn, topic, from_offset, limit, max_bytes)
     messages = [
         {"offset": r.queue_offset, "message_id": r.message_id,
          "transaction_id": r.transaction_id, "producer_group": r.producer_group,

@@ -12,7 +12,7 @@ number that follows the stored one, so one check is never counted twice.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from datetime import datetime
 
 import orjson
@@ -35,8 +35,10 @@ def any_due(conn: Connection, now: datetime) -> bool:
     return conn.execute(stmt).first() is not None
 
 
-def lock_due(conn: Connection, now: datetime, limit: int) -> list[AnyRow]:
-    """Up to ``limit`` due transactions, oldest due first, locked until the caller's commit.
+def lock_due(conn: Connection, now: datetime, limit: int,
+             skip_groups: Collection[str] = ()) -> list[AnyRow]:
+    """Up to ``limit`` due transactions, oldest due first, locked until the caller's commit,
+    none of the producer groups in ``skip_groups`` (those at their cap of checks in flight).
 
     Each row carries the producer group's registration (``group_urls`` as decoded by
     ``group_urls``, ``check_timeout_ms``), NULL when the group was deleted.
@@ -52,6 +54,8 @@ def lock_due(conn: Connection, now: datetime, limit: int) -> list[AnyRow]:
         .limit(limit)
         .with_for_update(of=txn, skip_locked=True)
     )
+    if skip_groups:
+        stmt = stmt.where(txn.c.producer_group.not_in(sorted(skip_groups)))
     return list(conn.execute(stmt))
 
 
@@ -107,10 +111,14 @@ def record_check(conn: Connection, *, txn_id: int, owner: str, check_times: int,
     return True
 
 
-def release(conn: Connection, txn_id: int, owner: str) -> None:
-    """Drop our lease (if we still hold it); the due time is left as it is."""
+def release(conn: Connection, txn_id: int, owner: str, due_at: datetime | None = None) -> None:
+    """Drop our lease (if we still hold it); due again at ``due_at`` if given, else the
+    due time is left as it is (the end of the lease)."""
+    values: dict[str, object] = {"lease_owner": None, "lease_until": None}
+    if due_at is not None:
+        values["next_check_at"] = due_at
     conn.execute(update(txn).where(txn.c.id == txn_id, txn.c.lease_owner == owner)
-                 .values(lease_owner=None, lease_until=None))
+                 .values(**values))
 
 
 def checks_of(conn: Connection, txn_id: int) -> list[AnyRow]:
