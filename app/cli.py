@@ -18,6 +18,8 @@ import click
 if TYPE_CHECKING:
     from app.config import Settings
 
+log = logging.getLogger("txmsg")
+
 
 def _settings() -> Settings:
     from app.config import Settings
@@ -26,12 +28,16 @@ def _settings() -> Settings:
 
 
 @click.group()
-@click.option("--log-level", default="INFO", show_default=True)
-def main(log_level: str) -> None:
+@click.option("--log-level", default=None,
+              type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"],
+                                case_sensitive=False),
+              help="Log level (default: TXMSG_LOG_LEVEL, else INFO).")
+def main(log_level: str | None) -> None:
     """txmsg: transactional (half) messages on SQL storage."""
-    logging.basicConfig(level=log_level.upper(),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("alembic.runtime.plugins").setLevel(logging.WARNING)
+    from app import logs
+
+    settings = _settings()
+    logs.configure(settings, (log_level or settings.log_level).upper())
 
 
 @main.command()
@@ -64,6 +70,8 @@ def serve(host: str, port: int, no_checker: bool, no_migrate: bool, workers: int
     from granian.constants import Interfaces
     from granian.http import HTTP1Settings
 
+    from app import logs
+
     settings = _settings()
     if not no_migrate:
         _migrate_once_reachable(settings)
@@ -74,9 +82,9 @@ def serve(host: str, port: int, no_checker: bool, no_migrate: bool, workers: int
         service = CheckService(settings)
         service.start()
     asgi = settings.web_interface == "asgi"
-    click.echo(f"txmsg serving http://{host}:{port} on {_redacted(settings.database_url)}"
-               f" ({settings.web_interface.upper()})"
-               f"{'' if no_checker else ' with the check service'}", err=True)
+    log.info("txmsg serving http://%s:%d on %s (%s)%s", host, port,
+             _redacted(settings.database_url), settings.web_interface.upper(),
+             "" if no_checker else " with the check service")
     try:
         Granian(
             "app.web:asgi_from_env" if asgi else "app.web:app_from_env", factory=True,
@@ -84,6 +92,8 @@ def serve(host: str, port: int, no_checker: bool, no_migrate: bool, workers: int
             workers=workers or settings.web_workers,
             blocking_threads=None if asgi else settings.web_threads,
             backlog=2048, log_access=False,
+            # the workers log as this process does (format, level, redaction)
+            log_dictconfig=logs.dict_config(settings, logging.getLogger().level),
             # closes connections idle (or slow to send a request head) for this long
             http1_settings=HTTP1Settings(
                 header_read_timeout=round(settings.http_header_timeout_seconds * 1000)),
@@ -125,8 +135,8 @@ def _migrate_once_reachable(settings) -> None:  # type: ignore[no-untyped-def]
                 raise click.ClickException(f"database {url} unreachable after {attempt} "
                                            f"attempt(s), giving up: {reason}") from None
             pause = min(delay, left)
-            click.echo(f"txmsg serve: database {url} unreachable (attempt {attempt}: "
-                       f"{reason}); retrying in {pause:.1f} s", err=True)
+            log.warning("txmsg serve: database %s unreachable (attempt %d: %s); retrying "
+                        "in %.1f s", url, attempt, reason, pause)
             time.sleep(pause)
             delay, attempt = min(delay * 2, 5.0), attempt + 1
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEFAULT_DATABASE_URL = "sqlite:///var/txmsg.db"
@@ -57,6 +57,10 @@ class Settings(BaseSettings):
     # txmsg serve retries an unreachable database this long before it gives up
     startup_database_wait_seconds: float = Field(60, ge=0)
 
+    # logs: "text" lines, or "json" (one object per line); the level is also txmsg --log-level
+    log_format: Literal["text", "json"] = "text"
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = "INFO"
+
     # check service
     checker_batch_size: int = Field(200, ge=1)
     checker_concurrency: int = Field(16, ge=1)
@@ -79,6 +83,13 @@ class Settings(BaseSettings):
     spark_master: str | None = None
     postgresql_jdbc_jar: str = "/usr/share/java/postgresql.jar"
     sqlite_jdbc_jar: str = "/usr/share/java/sqlite-jdbc.jar"
+
+    @field_validator("log_format", "log_level", mode="before")
+    @classmethod
+    def _any_case(cls, value: object, info: ValidationInfo) -> object:
+        if not isinstance(value, str):
+            return value
+        return value.upper() if info.field_name == "log_level" else value.lower()
 
     @property
     def is_sqlite(self) -> bool:

@@ -1,6 +1,12 @@
 """Prometheus metrics. Under ``txmsg serve`` the web workers and the embedded checker
 are separate processes, so the CLI sets PROMETHEUS_MULTIPROC_DIR before this module is
-first imported and scrapes aggregate every process's files."""
+first imported and scrapes aggregate every process's files.
+
+Every series whose label values are known in advance (check results, writers) is created
+here at 0, so that it shows from the first scrape (a missing series is not a zero to a
+rate() or an alert). The HTTP histogram's labels are the route pattern, the method and the
+status, never the raw path: its cardinality is bounded by the routes.
+"""
 
 from __future__ import annotations
 
@@ -12,10 +18,13 @@ from prometheus_client import (
     REGISTRY,
     CollectorRegistry,
     Counter,
+    Gauge,
     Histogram,
     generate_latest,
 )
 from prometheus_client.core import GaugeMetricFamily
+
+from app.vocabulary import CheckResult
 
 SENT = Counter("txmsg_sent_messages_total", "Half messages stored.")
 COMMITTED = Counter("txmsg_commit_messages_total", "Messages committed (made visible).")
@@ -23,6 +32,20 @@ ROLLED_BACK = Counter("txmsg_rollback_messages_total", "Messages rolled back.")
 DISCARDED = Counter("txmsg_discard_messages_total",
                     "Messages moved to TRANS_CHECK_MAX_TIME_TOPIC after the last check.")
 CHECKS = Counter("txmsg_checks_total", "Checks delivered to producers, by result.", ["result"])
+CHECK_DURATION = Histogram(
+    "txmsg_check_duration_seconds", "Time one check took to be answered (every URL asked), "
+    "by result.", ["result"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 180),
+)
+for _result in CheckResult:
+    CHECKS.labels(_result.value)
+    CHECK_DURATION.labels(_result.value)
+HTTP_DURATION = Histogram(
+    "txmsg_http_request_duration_seconds",
+    "Time from a request's arrival to its answer, by route pattern, method and status.",
+    ["route", "method", "status"],
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+)
 FINISH_LATENCY = Histogram(
     "txmsg_finish_latency_seconds", "Time from send to commit or rollback.",
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600),
@@ -31,32 +54,54 @@ BATCH_SIZE = Histogram(
     "txmsg_group_commit_batch_size", "Requests carried by one database transaction.",
     ["writer"], buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024),
 )
+# summed over the live processes (each process has its own writers: web workers, checker)
+QUEUE_DEPTH = Gauge(
+    "txmsg_writer_queue_depth",
+    "Requests waiting for a group-commit writer: queued or in the batch being written "
+    "(sampled every second).", ["writer"], multiprocess_mode="livesum",
+)
+WRITERS = ("send", "finish")
+for _writer in WRITERS:
+    BATCH_SIZE.labels(_writer)
+    QUEUE_DEPTH.labels(_writer)
 
 __all__ = [
     "BATCH_SIZE",
     "CHECKS",
+    "CHECK_DURATION",
     "COMMITTED",
     "CONTENT_TYPE_LATEST",
     "DISCARDED",
     "FINISH_LATENCY",
+    "HTTP_DURATION",
+    "QUEUE_DEPTH",
     "ROLLED_BACK",
     "SENT",
+    "WRITERS",
     "render",
 ]
 
 
-class _HalfMessages:
-    def __init__(self, count: Callable[[], int]) -> None:
-        self._count = count
+class _Backlog:
+    """Gauges read from the database at scrape time."""
+
+    def __init__(self, read: Callable[[], tuple[int, float]]) -> None:
+        self._read = read
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
+        half_messages, oldest_age = self._read()
         yield GaugeMetricFamily("txmsg_half_messages",
                                 "Half messages not yet resolved (PREPARED), from the database.",
-                                value=self._count())
+                                value=half_messages)
+        yield GaugeMetricFamily(
+            "txmsg_oldest_prepared_transaction_age_seconds",
+            "Age of the oldest PREPARED transaction (0 when there is none), from the database.",
+            value=oldest_age)
 
 
-def render(count_half_messages: Callable[[], int]) -> bytes:
-    """The exposition text: process counters (all processes under serve) plus DB gauges."""
+def render(prepared_backlog: Callable[[], tuple[int, float]]) -> bytes:
+    """The exposition text: process metrics (all processes under serve) plus DB gauges;
+    ``prepared_backlog`` gives (half messages, oldest PREPARED transaction's age)."""
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         from prometheus_client import multiprocess
 
@@ -65,5 +110,5 @@ def render(count_half_messages: Callable[[], int]) -> bytes:
     else:
         registry = REGISTRY
     db_registry = CollectorRegistry()
-    db_registry.register(_HalfMessages(count_half_messages))
+    db_registry.register(_Backlog(prepared_backlog))
     return generate_latest(registry) + generate_latest(db_registry)

@@ -3,7 +3,8 @@
 Storage, domain, API, OpenAPI and checker spell a state, an operation or a check
 resolution only through these enums; SQL text that must name a state builds it from them.
 The rules that connect the words (which operation may follow which) live in
-``app.domain.states``.
+``app.domain.states``. The check results are here too: the metrics name every one of them
+from the first scrape, and the checker, which sets them, sits above ``app``.
 """
 
 from __future__ import annotations
@@ -35,3 +36,18 @@ class Resolution(StrEnum):
     COMMIT = "COMMIT"
     ROLLBACK = "ROLLBACK"
     UNKNOWN = "UNKNOWN"
+
+
+class CheckResult(StrEnum):
+    """The ``result`` of one check (``check_log``, ``txmsg_checks_total``): the producer's
+    resolution when a URL answered 2xx with one, else what went wrong (``checker.callback``
+    says when each applies)."""
+
+    COMMIT = Resolution.COMMIT.value
+    ROLLBACK = Resolution.ROLLBACK.value
+    UNKNOWN = Resolution.UNKNOWN.value
+    BAD_RESPONSE = "BAD_RESPONSE"
+    HTTP_ERROR = "HTTP_ERROR"
+    TIMEOUT = "TIMEOUT"
+    REFUSED = "REFUSED"
+    NO_CALLBACK = "NO_CALLBACK"

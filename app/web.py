@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from flask import Flask
 from sqlalchemy import Engine
 
-from app.api import groups, health, topics, transactions
+from app.api import groups, health, telemetry, topics, transactions
 from app.api.asgi import Api
 from app.api.http import register_error_handlers
 from app.config import Settings
@@ -35,6 +35,7 @@ def create_app(settings: Settings | None = None, *, engine: Engine | None = None
     app.config["MAX_CONTENT_LENGTH"] = max(64 * 1024 * 1024, 2 * settings.max_body_bytes)
     app.extensions["txmsg"] = AppState(settings, engine, Lifecycle(engine, settings))
     register_error_handlers(app)
+    telemetry.install(app)
     for bp in (groups.bp, transactions.bp, topics.bp, health.bp):
         app.register_blueprint(bp)
     return app

@@ -15,28 +15,17 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any
 
 import orjson
 import requests
 from urllib3.exceptions import ReadTimeoutError
 
+from app.vocabulary import CheckResult as Result
 from app.vocabulary import Resolution
 
 MAX_ANSWER_BYTES = 64 * 1024
 USER_AGENT = "txmsg-checker/1"
-
-
-class Result(StrEnum):
-    COMMIT = Resolution.COMMIT.value
-    ROLLBACK = Resolution.ROLLBACK.value
-    UNKNOWN = Resolution.UNKNOWN.value
-    BAD_RESPONSE = "BAD_RESPONSE"
-    HTTP_ERROR = "HTTP_ERROR"
-    TIMEOUT = "TIMEOUT"
-    REFUSED = "REFUSED"
-    NO_CALLBACK = "NO_CALLBACK"
 
 
 @dataclass(frozen=True)

@@ -29,10 +29,12 @@ from apscheduler.executors.pool import ThreadPoolExecutor as JobExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
 from sqlalchemy import Engine
 
+from app import metrics
 from app.config import Settings
 from app.domain.checks import DB_ERRORS, Checks, Claim
 from app.domain.lifecycle import utcnow
 from app.errors import one_line
+from app.logs import safe_url
 from checker import callback
 from checker.callback import Answer
 
@@ -151,8 +153,9 @@ class CheckService:
         payload = self.checks.payload(claim)
         if payload is None:
             return
+        started = time.perf_counter()
         answer = callback.ask(self._session(), claim.urls, payload, claim.timeout)
-        self._log(claim, answer)
+        self._log(claim, answer, time.perf_counter() - started)
         self.checks.record(claim, result=answer.result.value, resolution=answer.resolution,
                            url=answer.url, detail=answer.detail)
 
@@ -162,11 +165,17 @@ class CheckService:
             session = self._local.session = callback.new_session()
         return session
 
-    def _log(self, claim: Claim, answer: Answer) -> None:
+    def _log(self, claim: Claim, answer: Answer, seconds: float) -> None:
+        """The check's log line and duration metric (the result is counted once recorded)."""
+        metrics.CHECK_DURATION.labels(answer.result.value).observe(seconds)
         level = logging.INFO if answer.result in _PLAIN_RESULTS else logging.WARNING
-        log.log(level, "check #%d of %s: %s from %s%s", claim.number, claim.name,
-                answer.result.value, answer.url or "-",
-                f" ({answer.detail})" if answer.detail else "")
+        url, ms = safe_url(answer.url), round(seconds * 1000, 3)
+        log.log(level, "check #%d of %s: %s from %s in %.1f ms%s", claim.number, claim.name,
+                answer.result.value, url or "-", ms,
+                f" ({answer.detail})" if answer.detail else "",
+                extra={"transaction": claim.transaction_id, "group": claim.group, "url": url,
+                       "check": claim.number, "result": answer.result.value,
+                       "duration_ms": ms})
 
 
 class OutageLog:

@@ -23,14 +23,18 @@ Flask route. ``/healthz`` is answered here and ``/readyz`` has threads of its ow
 neither waits behind a busy pool. Request targets and heads over this front's limits,
 which are below the server's, are refused here as problem+json (Granian's own refusals
 carry no body).
+
+Each request gets its id and start time here (``app.api.telemetry``); what this front
+answers itself it records itself, with the Flask rule's pattern as the route.
 """
 
 from __future__ import annotations
 
 import asyncio
 import re
+import time
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 from a2wsgi import WSGIMiddleware
 from a2wsgi.asgi_typing import HTTPScope, Receive, ReceiveEvent, Scope, Send
@@ -44,6 +48,7 @@ from werkzeug.exceptions import (
     RequestURITooLarge,
 )
 
+from app.api import telemetry
 from app.api.http import PROBLEM_MEDIA_TYPE, api_problem, dump_json, http_problem
 from app.api.transactions import check_finish, parse_send, send_answer
 from app.errors import ApiError, InvalidRequest
@@ -53,6 +58,10 @@ from app.vocabulary import Op
 # the Flask rules' shapes: <group> and <transaction_id> are one path segment each
 _ROUTE = re.compile(r"/v1/producer-groups/([^/]+)/transactions(?:/([^/]+)/(commit|rollback))?")
 _OPS = {"commit": Op.COMMIT, "rollback": Op.ROLLBACK}
+# the Flask rules of those routes, as the metrics and logs name them
+_SEND_RULE = "/v1/producer-groups/<group>/transactions"
+_RULES = {None: _SEND_RULE, "commit": f"{_SEND_RULE}/<transaction_id>/commit",
+          "rollback": f"{_SEND_RULE}/<transaction_id>/rollback"}
 _JSON = b"application/json"
 _PROBLEM = PROBLEM_MEDIA_TYPE.encode()
 _HEALTHY = dump_json({"status": "ok"})  # what the Flask view answers
@@ -84,24 +93,28 @@ class Api:
             else:  # a websocket: a2wsgi closes it
                 await self._flask(scope, _coroutine(receive), send)
             return
+        started = time.perf_counter()
         path = scope["path"]
-        if path == "/healthz" and scope["method"] == "GET":
-            await _answer(send, 200, _HEALTHY, _JSON)
-            return
         head = _head(scope["headers"])
+        # for this front's answers, and for Flask's (a2wsgi hands it the scope)
+        cast("dict[str, Any]", scope)[telemetry.SCOPE_KEY] = (
+            telemetry.request_id(head.request_id), started)
+        if path == "/healthz" and scope["method"] == "GET":
+            await _answer(send, scope, 200, _HEALTHY, _JSON, "/healthz")
+            return
         if head.size > MAX_HEAD_BYTES:
-            await self._refuse(send, path, RequestHeaderFieldsTooLarge(
+            await self._refuse(send, scope, RequestHeaderFieldsTooLarge(
                 f"the request's header fields exceed {MAX_HEAD_BYTES} bytes"))
             return
         if len(scope.get("raw_path") or path) + len(scope["query_string"]) > MAX_TARGET_BYTES:
-            await self._refuse(send, path, RequestURITooLarge(
+            await self._refuse(send, scope, RequestURITooLarge(
                 f"the request's path and query exceed {MAX_TARGET_BYTES} bytes"))
             return
         match = self._match(scope) if self._hot else None
         if match is not None and match.group(3) is not None:  # commit, rollback: no body
             await self._serve(scope, match, b"", send)
             return
-        raw = await self._read_body(scope, receive, send, head)
+        raw = await self._read_body(scope, receive, send, head, match)
         if raw is None:
             return
         if match is not None:
@@ -119,8 +132,8 @@ class Api:
             return None
         return match
 
-    async def _read_body(self, scope: HTTPScope, receive: Receive, send: Send,
-                         head: _Head) -> bytes | None:
+    async def _read_body(self, scope: HTTPScope, receive: Receive, send: Send, head: _Head,
+                         match: re.Match[str] | None) -> bytes | None:
         """The whole body, or None once refused (408, 413, or 400 for a body cut short:
         a client gone, or chunked framing the server could not decode)."""
         if not head.streamed and (head.length == 0 or (
@@ -141,14 +154,17 @@ class Api:
                 if isinstance(raw, bytes):
                     return raw
                 refusal = raw
-        await self._refuse(send, scope["path"], refusal)
+        await self._refuse(send, scope, refusal,
+                           _RULES[match.group(3)] if match is not None else telemetry.UNMATCHED)
         return None
 
-    async def _refuse(self, send: Send, path: str, exc: HTTPException | ApiError) -> None:
+    async def _refuse(self, send: Send, scope: HTTPScope, exc: HTTPException | ApiError,
+                      route: str = telemetry.UNMATCHED) -> None:
+        path = scope["path"]
         if isinstance(exc, ApiError):
-            await _answer(send, exc.status, api_problem(exc, path), _PROBLEM)
+            await _answer(send, scope, exc.status, api_problem(exc, path), _PROBLEM, route)
         else:
-            await _answer(send, *http_problem(exc, path), _PROBLEM)
+            await _answer(send, scope, *http_problem(exc, path), _PROBLEM, route)
 
     async def _serve(self, scope: HTTPScope, match: re.Match[str], raw: bytes,
                      send: Send) -> None:
@@ -174,9 +190,10 @@ class Api:
             elif self._propagates():
                 raise
             else:  # as Flask does with an unhandled error: log it, answer 500
-                self._app.logger.exception("Exception on %s [POST]", path)
+                self._app.logger.exception("Exception on %s [POST]", path, extra={
+                    "request_id": _identity(scope)[0]})
                 (status, data), content_type = http_problem(InternalServerError(), path), _PROBLEM
-        await _answer(send, status, data, content_type)
+        await _answer(send, scope, status, data, content_type, _RULES[op], hot=True)
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         while True:
@@ -193,21 +210,34 @@ class Api:
         return bool(self._app.testing or self._app.debug) if propagate is None else propagate
 
 
-async def _answer(send: Send, status: int, data: bytes, content_type: bytes) -> None:
+def _identity(scope: HTTPScope) -> tuple[str, float]:
+    """The request's (id, start time), as ``__call__`` stamped them."""
+    identity: tuple[str, float] = cast("dict[str, Any]", scope)[telemetry.SCOPE_KEY]
+    return identity
+
+
+async def _answer(send: Send, scope: HTTPScope, status: int, data: bytes,
+                  content_type: bytes, route: str, *, hot: bool = False) -> None:
+    """Send an answer of this front's own, with the request's id, and record it."""
+    request_id, started = _identity(scope)
     await send({"type": "http.response.start", "status": status,
                 "headers": [(b"content-type", content_type),
-                            (b"content-length", b"%d" % len(data))]})
+                            (b"content-length", b"%d" % len(data)),
+                            (b"x-request-id", request_id.encode())]})
     await send({"type": "http.response.body", "body": data})
+    telemetry.record(request_id, scope["method"], route, scope["path"], status, started,
+                     hot=hot)
 
 
 class _Head(NamedTuple):
     length: int | None  # the declared Content-Length, if one plain number
     streamed: bool  # a Transfer-Encoding
     size: int  # of the header fields, in bytes
+    request_id: str | None  # the first X-Request-Id
 
 
 def _head(headers: Iterable[tuple[bytes, bytes]]) -> _Head:
-    length, lengths, streamed, size = None, 0, False, 0
+    length, lengths, streamed, size, request_id = None, 0, False, 0, None
     for name, value in headers:
         size += len(name) + len(value) + 4  # ": " and CRLF
         if name == b"content-length":
@@ -215,7 +245,9 @@ def _head(headers: Iterable[tuple[bytes, bytes]]) -> _Head:
             length = int(value) if value.isdigit() else None
         elif name == b"transfer-encoding":
             streamed = True
-    return _Head(length if lengths == 1 else None, streamed, size)
+        elif name == b"x-request-id" and request_id is None:
+            request_id = value.decode("latin-1")
+    return _Head(length if lengths == 1 else None, streamed, size, request_id)
 
 
 async def _read_all(receive: Receive, limit: int | None) -> bytes | HTTPException | ApiError:

@@ -45,7 +45,7 @@ def readyz() -> Response:
 def metrics_view() -> Response:
     """Prometheus text exposition."""
     engine = state().engine
-    return Response(metrics.render(lambda: reads.count_half_messages(engine)),
+    return Response(metrics.render(lambda: reads.prepared_backlog(engine)),
                     mimetype=metrics.CONTENT_TYPE_LATEST)
 
 

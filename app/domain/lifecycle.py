@@ -268,10 +268,12 @@ class Lifecycle:
             engine, apply_sends, max_batch=settings.batch_max_size, name="txmsg-send-writer",
             one_statement=sends.sends_are_one_statement(engine.dialect.name),
             on_batch=metrics.BATCH_SIZE.labels("send").observe,
+            on_depth=metrics.QUEUE_DEPTH.labels("send").set,
             timeout=settings.db_write_timeout_seconds)
         self.finish_writer: GroupCommitWriter[FinishCmd] = GroupCommitWriter(
             engine, apply_finishes, max_batch=settings.batch_max_size,
             name="txmsg-finish-writer", on_batch=metrics.BATCH_SIZE.labels("finish").observe,
+            on_depth=metrics.QUEUE_DEPTH.labels("finish").set,
             timeout=settings.db_write_timeout_seconds)
 
     def send(self, group: str, request: TransactionIn) -> SendResult:

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import base64
-from typing import Any
+from datetime import UTC, datetime
+from typing import Any, NamedTuple
 
 import orjson
 from sqlalchemy import Engine
@@ -118,8 +119,16 @@ def get_message(engine: Engine, message_id: str) -> dict[str, Any]:
     return out
 
 
+class PreparedBacklog(NamedTuple):
+    half_messages: int
+    oldest_age_seconds: float  # 0 when nothing is PREPARED
+
+
 @wraps_db_errors
-def count_half_messages(engine: Engine) -> int:
+def prepared_backlog(engine: Engine) -> PreparedBacklog:
+    """What /metrics shows of the unresolved transactions, read at scrape time."""
     with engine.connect() as conn:
-        return reads.count_unresolved_messages(conn)
+        messages, oldest = reads.prepared_backlog(conn)
+    age = 0.0 if oldest is None else max(0.0, (datetime.now(UTC) - oldest).total_seconds())
+    return PreparedBacklog(messages, age)
 

@@ -4,12 +4,20 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterable, Sequence
+from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, and_, func, select, tuple_
+from sqlalchemy import Connection, and_, func, select, text, tuple_
 
 from app.storage.bulk import KEYS, Key, by_txn_ids, is_pg, key_params
-from app.storage.schema import AnyRow, AnySelect, half_message, message_log, txn
+from app.storage.schema import (
+    PREPARED_PREDICATE,
+    AnyRow,
+    AnySelect,
+    half_message,
+    message_log,
+    txn,
+)
 from app.vocabulary import State
 
 TXN_COLUMNS = (
@@ -93,9 +101,13 @@ def committed_offsets(conn: Connection, txn_ids: Iterable[int]) -> dict[int, lis
     return out
 
 
-_UNRESOLVED_MESSAGES = select(func.coalesce(func.sum(txn.c.message_count), 0)) \
-    .where(txn.c.state == State.PREPARED.value)
+# over the partial index ix_txn_due (its predicate spelt literally, for both planners): the
+# cost follows the unresolved backlog, not the resolved history
+_PREPARED_BACKLOG = select(func.coalesce(func.sum(txn.c.message_count), 0),
+                           func.min(txn.c.created_at)).where(text(PREPARED_PREDICATE))
 
 
-def count_unresolved_messages(conn: Connection) -> int:
-    return int(conn.execute(_UNRESOLVED_MESSAGES).scalar_one())
+def prepared_backlog(conn: Connection) -> tuple[int, datetime | None]:
+    """The half messages of PREPARED transactions, and the oldest one's creation time."""
+    messages, oldest = conn.execute(_PREPARED_BACKLOG).one()
+    return int(messages), oldest

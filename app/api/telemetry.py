@@ -1,0 +1,116 @@
+"""What every request leaves behind: an id, a duration by route, an access log line.
+
+The id is the request's ``X-Request-Id`` when it is sane (at most 128 characters of
+letters, digits and ``._:-``; anything else could forge or flood log lines), else a new
+one; every answer carries it back in ``X-Request-Id``, and every log line written while
+the request is served carries it.
+
+Whoever sees a request first chooses its id and start time: the ASGI front
+(``app.api.asgi``) for everything under ``txmsg serve``, which hands them to Flask in the
+ASGI scope (a2wsgi passes the scope on as ``environ["asgi.scope"]``); Flask itself when
+it runs alone. The requests the front answers itself (send, commit, rollback, /healthz,
+its refusals) are recorded by the front, all others by Flask, each exactly once.
+
+Metric labels are the route pattern (``/v1/topics/<topic>/messages``), never the raw
+path, and a method outside the known ones is ``OTHER``: the series stay bounded whatever
+clients send.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import secrets
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from flask import Flask, Response, request
+
+from app.logs import REQUEST_ID
+from app.metrics import HTTP_DURATION
+
+HEADER = "X-Request-Id"
+# where the front leaves (request id, start time) for Flask, in the scope and the environ
+SCOPE_KEY = "txmsg.request"
+UNMATCHED = "<unmatched>"  # the route of a request that matched none (404, 405, refusals)
+# answered often and only to probes: logged at DEBUG
+PROBES = frozenset({"/healthz", "/readyz", "/metrics"})
+_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"})
+_SANE = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+_MAX_LOGGED_PATH = 512
+
+access_log = logging.getLogger("txmsg.access")
+# (route, method, status) -> its histogram; bounded as the labels are
+_histograms: dict[tuple[str, str, int], Any] = {}
+
+
+def request_id(incoming: str | None) -> str:
+    """The client's id when sane, else a new one (128 random bits, hex)."""
+    if incoming is not None and _SANE.fullmatch(incoming):
+        return incoming
+    return secrets.token_hex(16)
+
+
+def record(request_id: str, method: str, route: str, path: str, status: int,
+           started: float, *, hot: bool = False) -> None:
+    """Observe the request's duration under its route, and log its access line: WARNING
+    for a 5xx, DEBUG for probes and for the successes of the ``hot`` routes (send,
+    commit, rollback on the ASGI front: an INFO line each would cost more CPU than the
+    rest of their telemetry many times over, see the README), INFO otherwise."""
+    seconds = time.perf_counter() - started
+    method = method if method in _METHODS else "OTHER"
+    key = (route, method, status)
+    histogram = _histograms.get(key)
+    if histogram is None:  # labels() costs as much again as observe(): keep the children
+        histogram = _histograms[key] = HTTP_DURATION.labels(route, method, str(status))
+    histogram.observe(seconds)
+    if status >= 500:
+        level = logging.WARNING
+    elif route in PROBES or (hot and status < 400):
+        level = logging.DEBUG
+    else:
+        level = logging.INFO
+    if access_log.isEnabledFor(level):
+        ms = round(seconds * 1000, 3)
+        path = path[:_MAX_LOGGED_PATH]
+        access_log.log(level, "%s %s %d %.1f ms", method, path, status, ms,
+                       extra={"request_id": request_id, "method": method, "route": route,
+                              "path": path, "status": status, "duration_ms": ms})
+
+
+def install(app: Flask) -> None:
+    """Give the Flask app's requests their id, header, metric and access line."""
+    app.wsgi_app = _Identified(app.wsgi_app)  # type: ignore[method-assign]
+    app.after_request(_recorded)
+
+
+class _Identified:
+    """WSGI middleware: the request's (id, start) in the environ, and the id in the
+    logging context of the thread serving it."""
+
+    def __init__(self, wsgi_app: Callable[..., Iterable[bytes]]) -> None:
+        self._app = wsgi_app
+
+    def __call__(self, environ: dict[str, Any],
+                 start_response: Callable[..., Any]) -> Iterable[bytes]:
+        scope = environ.get("asgi.scope")
+        known = scope.get(SCOPE_KEY) if scope is not None else None
+        if known is None:
+            known = (request_id(environ.get("HTTP_X_REQUEST_ID")), time.perf_counter())
+        environ[SCOPE_KEY] = known
+        token = REQUEST_ID.set(known[0])
+        try:
+            return self._app(environ, start_response)
+        finally:
+            REQUEST_ID.reset(token)
+
+
+def _recorded(response: Response) -> Response:
+    """After every Flask answer, error answers included."""
+    rid, started = request.environ[SCOPE_KEY]
+    response.headers[HEADER] = rid
+    rule = request.url_rule
+    record(rid, request.method, rule.rule if rule is not None else UNMATCHED, request.path,
+           response.status_code, started)
+    return response
