@@ -15,6 +15,20 @@ if [ ${#need[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${need[@]}" >/dev/null
 fi
 
+# promtool checks and unit-tests deploy/prometheus; Debian ships it in the prometheus
+# package, whose server is not wanted running on a developer's machine
+if ! command -v promtool >/dev/null 2>&1; then
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  echo "installing from Debian: prometheus (for promtool)"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends \
+    prometheus >/dev/null
+  if command -v systemctl >/dev/null 2>&1; then
+    $sudo systemctl disable --now prometheus >/dev/null 2>&1 || true
+  fi
+fi
+
 if [ "${TXMSG_SKIP_POSTGRES:-}" != "1" ] && command -v pg_isready >/dev/null 2>&1; then
   if ! pg_isready -q -h 127.0.0.1 -p 5432; then
     if command -v pg_ctlcluster >/dev/null 2>&1 && [ -d /etc/postgresql ]; then
