@@ -6,9 +6,11 @@ any metric is created, so that the web workers and the checker share their count
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import os
 import shutil
+import socket
 import sys
 import tempfile
 from typing import TYPE_CHECKING
@@ -19,10 +21,20 @@ if TYPE_CHECKING:
     from app.config import Settings
 
 
+
 def _settings() -> Settings:
+    """The settings; a refused one is a line on stderr and exit status 2, not a traceback."""
+    from pydantic import ValidationError
+
     from app.config import Settings
 
-    return Settings()
+    try:
+        return Settings()
+    except ValidationError as exc:
+        for error in exc.errors(include_url=False, include_input=False):
+            name = "TXMSG_" + "_".join(str(p) for p in error["loc"]).upper()
+            click.echo(f"txmsg: {name}: {error['msg']}", err=True)
+        sys.exit(2)
 
 
 @click.group()
@@ -52,6 +64,12 @@ def migrate() -> None:
 @click.option("--workers", type=int, default=None, help="Web worker processes (TXMSG_WEB_WORKERS).")
 def serve(host: str, port: int, no_checker: bool, no_migrate: bool, workers: int | None) -> None:
     """Serve the API on Granian, with the check service alongside unless --no-checker."""
+    settings = _settings()
+    if not (settings.access_control or settings.allow_unauthenticated or _is_loopback(host)):
+        click.echo(f"txmsg serve: refusing to listen on {host} without access control: set "
+                   "TXMSG_ADMIN_TOKEN (or TXMSG_ALLOW_UNAUTHENTICATED=true to serve it open)",
+                   err=True)
+        sys.exit(2)
     metrics_dir = tempfile.mkdtemp(prefix="txmsg-metrics-")
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir
     from app.lifetime import PARENT_PID_ENV
@@ -64,7 +82,6 @@ def serve(host: str, port: int, no_checker: bool, no_migrate: bool, workers: int
     from granian.constants import Interfaces
     from granian.http import HTTP1Settings
 
-    settings = _settings()
     if not no_migrate:
         _migrate_once_reachable(settings)
     service = None
@@ -76,7 +93,8 @@ def serve(host: str, port: int, no_checker: bool, no_migrate: bool, workers: int
     asgi = settings.web_interface == "asgi"
     click.echo(f"txmsg serving http://{host}:{port} on {_redacted(settings.database_url)}"
                f" ({settings.web_interface.upper()})"
-               f"{'' if no_checker else ' with the check service'}", err=True)
+               f"{'' if no_checker else ' with the check service'}"
+               f", access control {'on' if settings.access_control else 'off'}", err=True)
     try:
         Granian(
             "app.web:asgi_from_env" if asgi else "app.web:app_from_env", factory=True,
@@ -149,6 +167,20 @@ def ingest(output: str, topics: str | None) -> None:
 
     topic_list = [t.strip() for t in topics.split(",") if t.strip()] if topics else None
     sys.exit(ingest_main(_settings(), output, topic_list))
+
+
+def _is_loopback(host: str) -> bool:
+    """Whether every address ``host`` names is a loopback one (a name is resolved)."""
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        pass
+    try:
+        infos = socket.getaddrinfo(host, None)
+    except OSError:
+        return False
+    return bool(infos) and all(ipaddress.ip_address(info[4][0].split("%")[0]).is_loopback
+                               for info in infos)
 
 
 def _redacted(url: str) -> str:

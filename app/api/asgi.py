@@ -44,6 +44,8 @@ from werkzeug.exceptions import (
     RequestURITooLarge,
 )
 
+from app.api import transactions
+from app.api.access import Access, access_of, authorize, bearer_token, unauthenticated
 from app.api.http import PROBLEM_MEDIA_TYPE, api_problem, dump_json, http_problem
 from app.api.transactions import check_finish, parse_send, send_answer
 from app.errors import ApiError, InvalidRequest
@@ -53,6 +55,12 @@ from app.vocabulary import Op
 # the Flask rules' shapes: <group> and <transaction_id> are one path segment each
 _ROUTE = re.compile(r"/v1/producer-groups/([^/]+)/transactions(?:/([^/]+)/(commit|rollback))?")
 _OPS = {"commit": Op.COMMIT, "rollback": Op.ROLLBACK}
+# the Flask view each hot route stands in for: its access declaration is the one checked
+HOT_ROUTES = {None: transactions.send, "commit": transactions.commit,
+              "rollback": transactions.rollback}
+_ACCESS: dict[str | None, Access] = {op: access for op, view in HOT_ROUTES.items()
+                                     if (access := access_of(view)) is not None}
+assert len(_ACCESS) == len(HOT_ROUTES), "every hot route's view declares its access"
 _JSON = b"application/json"
 _PROBLEM = PROBLEM_MEDIA_TYPE.encode()
 _HEALTHY = dump_json({"status": "ok"})  # what the Flask view answers
@@ -76,6 +84,7 @@ class Api:
         wsgi = _terminated_input(app)
         self._flask = WSGIMiddleware(wsgi, workers=settings.web_threads)
         self._probes = WSGIMiddleware(wsgi, workers=_PROBE_THREADS)
+        self._guard = self._state.guard
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -146,7 +155,7 @@ class Api:
 
     async def _refuse(self, send: Send, path: str, exc: HTTPException | ApiError) -> None:
         if isinstance(exc, ApiError):
-            await _answer(send, exc.status, api_problem(exc, path), _PROBLEM)
+            await _answer(send, exc.status, api_problem(exc, path), _PROBLEM, exc.headers)
         else:
             await _answer(send, *http_problem(exc, path), _PROBLEM)
 
@@ -155,7 +164,10 @@ class Api:
         group, transaction_id, op = match.groups()
         path = scope["path"]
         content_type = _JSON
+        headers: tuple[tuple[str, str], ...] = ()
         try:
+            if self._guard.enabled:
+                await self._authorize(scope, _ACCESS[op], group)
             lifecycle = self._state.lifecycle
             if op is None:
                 txn = parse_send(lifecycle, group, raw)
@@ -167,6 +179,7 @@ class Api:
             data = dump_json(body)
         except ApiError as exc:
             status, data, content_type = exc.status, api_problem(exc, path), _PROBLEM
+            headers = exc.headers
         except Exception as exc:
             error = unavailable(exc)
             if error is not None:
@@ -176,7 +189,19 @@ class Api:
             else:  # as Flask does with an unhandled error: log it, answer 500
                 self._app.logger.exception("Exception on %s [POST]", path)
                 (status, data), content_type = http_problem(InternalServerError(), path), _PROBLEM
-        await _answer(send, status, data, content_type)
+        await _answer(send, status, data, content_type, headers)
+
+    async def _authorize(self, scope: Scope, access: Access, group: str) -> None:
+        """As ``app.api.access.install`` checks a Flask route; the database is read (off the
+        event loop) only for a token not verified in the last few seconds."""
+        token = bearer_token(_header(scope["headers"], b"authorization"))
+        principal = self._guard.cached(token) if token is not None else None
+        if principal is None and token is not None:
+            principal = await asyncio.get_running_loop().run_in_executor(
+                None, self._guard.verify, token)
+        if principal is None:
+            raise unauthenticated(token)
+        authorize(access, principal, {"group": group})
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         while True:
@@ -193,10 +218,12 @@ class Api:
         return bool(self._app.testing or self._app.debug) if propagate is None else propagate
 
 
-async def _answer(send: Send, status: int, data: bytes, content_type: bytes) -> None:
+async def _answer(send: Send, status: int, data: bytes, content_type: bytes,
+                  headers: tuple[tuple[str, str], ...] = ()) -> None:
     await send({"type": "http.response.start", "status": status,
                 "headers": [(b"content-type", content_type),
-                            (b"content-length", b"%d" % len(data))]})
+                            (b"content-length", b"%d" % len(data)),
+                            *((k.lower().encode(), v.encode()) for k, v in headers)]})
     await send({"type": "http.response.body", "body": data})
 
 
@@ -216,6 +243,13 @@ def _head(headers: Iterable[tuple[bytes, bytes]]) -> _Head:
         elif name == b"transfer-encoding":
             streamed = True
     return _Head(length if lengths == 1 else None, streamed, size)
+
+
+def _header(headers: Iterable[tuple[bytes, bytes]], name: bytes) -> str | None:
+    for key, value in headers:
+        if key == name:
+            return value.decode("latin-1")
+    return None
 
 
 async def _read_all(receive: Receive, limit: int | None) -> bytes | HTTPException | ApiError:
