@@ -39,7 +39,7 @@ def create_app(settings: Settings | None = None, *, engine: Engine | None = None
     guard = TokenGuard(engine, settings.admin_token)
     app.extensions["txmsg"] = AppState(settings, engine, Lifecycle(engine, settings), guard)
     register_error_handlers(app)
-    access.install(app, guard)
+    access.install(app)
     for bp in BLUEPRINTS:
         app.register_blueprint(bp)
     return app

@@ -111,11 +111,12 @@ def current_principal() -> Principal:
     return g.get("txmsg_principal", UNRESTRICTED)
 
 
-def install(app: Flask, guard: TokenGuard) -> None:
+def install(app: Flask) -> None:
     """Check every Flask route's declaration before its view runs."""
 
     @app.before_request
     def _check_access() -> None:
+        guard: TokenGuard = current_app.extensions["txmsg"].guard
         rule = request.url_rule
         if not guard.enabled or rule is None:  # no route: Flask answers 404 or 405
             return
