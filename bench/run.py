@@ -287,12 +287,20 @@ def _ratios(r: dict[str, Any]) -> dict[str, Any]:
         "access_control_overhead_d": _overhead(
             _get(r, "d_access_control_on", "messages_per_second"),
             _get(r, "d_txmsg_batch_send_commit", "messages_per_second")),
+        # on/off - 1 of the service's CPU per pair, which a loaded machine disturbs less
+        "access_control_service_cpu_overhead_b": _overhead(
+            _get(r, "b_txmsg_send_commit", "cpu_ms_per_unit", "service"),
+            _get(r, "b_access_control_on", "cpu_ms_per_unit", "service"), inverse=True),
     }
 
 
-def _overhead(on: Any, off: Any) -> float | None:
-    ratio = _ratio(on, off)
-    return None if ratio is None else round(1 - ratio, 3)
+def _overhead(x: Any, y: Any, inverse: bool = False) -> float | None:
+    """1 - x/y: what a throughput x loses against y; ``inverse``: y/x - 1, what a cost y
+    adds to x."""
+    ratio = _ratio(y, x) if inverse else _ratio(x, y)
+    if ratio is None:
+        return None
+    return round(ratio - 1 if inverse else 1 - ratio, 3)
 
 
 def _goals(ratios: dict[str, Any]) -> dict[str, Any]:
@@ -325,7 +333,8 @@ def _summary(r: dict[str, Any], out_path: Path) -> None:
          _get(r, "d_txmsg_batch_send_commit", "messages_per_second")),
         ("(b) with access control on, pairs/s (overhead)",
          (f"{_get(r, 'b_access_control_on', 'per_second')} "
-         f"({_get(r, 'ratios', 'access_control_overhead_b')})")),
+         f"({_get(r, 'ratios', 'access_control_overhead_b')}; service CPU per pair "
+         f"+{_get(r, 'ratios', 'access_control_service_cpu_overhead_b')})")),
         ("(d) with access control on, msgs/s (overhead)",
          (f"{_get(r, 'd_access_control_on', 'messages_per_second')} "
          f"({_get(r, 'ratios', 'access_control_overhead_d')})")),

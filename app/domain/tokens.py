@@ -22,7 +22,6 @@ import time
 from collections.abc import Callable
 from typing import Annotated, Any
 
-from cachetools import TTLCache
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, StrictStr, field_validator
 from pydantic_core import PydanticCustomError
 from sqlalchemy import Engine, Row
@@ -137,10 +136,13 @@ class TokenGuard:
         self.enabled = admin_token is not None
         self._admin = (hashlib.sha256(admin_token.get_secret_value().encode()).digest()
                        if admin_token is not None else b"")
-        # keyed by the token's SHA-256, never the token: a dictionary lookup's timing
-        # then tells nothing about the secret
-        self._cache: TTLCache[bytes, Principal] = TTLCache(size, ttl, timer=clock)
-        self._lock = threading.Lock()  # TTLCache is not thread-safe
+        self._clock, self._ttl, self._size = clock, ttl, size
+        # token's SHA-256 → (expiry, principal). Keyed by the hash, never the token: a
+        # dictionary lookup's timing then tells nothing about the secret. A plain dict,
+        # not cachetools' TTLCache: that cost 5 µs a lookup, this well under one. A dict
+        # read is atomic under the GIL, so only writers take the lock.
+        self._cache: dict[bytes, tuple[float, Principal]] = {}
+        self._writing = threading.Lock()
 
     def cached(self, token: str) -> Principal | None:
         """Without the database: the admin token, or a token verified moments ago."""
@@ -149,8 +151,10 @@ class TokenGuard:
     def _known(self, digest: bytes) -> Principal | None:
         if self.enabled and hmac.compare_digest(digest, self._admin):
             return UNRESTRICTED
-        with self._lock:
-            return self._cache.get(digest)
+        entry = self._cache.get(digest)
+        if entry is not None and entry[0] > self._clock():
+            return entry[1]
+        return None
 
     def verify(self, token: str) -> Principal | None:
         """The token's principal; None for an unknown, malformed or revoked token."""
@@ -165,13 +169,24 @@ class TokenGuard:
         if row is None or not hmac.compare_digest(row.secret_hash, digest.hex()):
             return None
         principal = Principal(row.token_id, frozenset(tokens.scopes(row)))
-        with self._lock:
-            self._cache[digest] = principal
+        self._remember(digest, principal)
         return principal
+
+    def _remember(self, digest: bytes, principal: Principal) -> None:
+        with self._writing:
+            now = self._clock()
+            if len(self._cache) >= self._size:
+                # full: drop what expired; if nothing did, the oldest (insertion order)
+                for key, (expiry, _) in list(self._cache.items()):
+                    if expiry <= now:
+                        del self._cache[key]
+                while len(self._cache) >= self._size:
+                    del self._cache[next(iter(self._cache))]
+            self._cache[digest] = (now + self._ttl, principal)
 
     def forget(self) -> None:
         """Drop every cached token (after a revocation in this process)."""
-        with self._lock:
+        with self._writing:
             self._cache.clear()
 
     @wraps_db_errors

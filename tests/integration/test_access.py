@@ -26,7 +26,7 @@ from app.storage.schema import api_token
 from app.web import create_app
 from tests.asgi_client import AsgiClient
 from tests.conftest import make_settings
-from tests.integration.helpers import row_counts
+from tests.integration.helpers import FakeClock, row_counts
 
 ADMIN_TOKEN = "admin-token-for-tests-0123456789"
 AS_ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
@@ -325,14 +325,6 @@ def test_a_revoked_token_is_refused_at_once_in_the_process_that_revoked_it(
     assert_problem(client.delete(f"/v1/tokens/{made['token_id']}", headers=AS_ADMIN), 404,
                    "token_not_found")
     assert client.get("/v1/tokens", headers=AS_ADMIN).json["tokens"] == []
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def test_another_process_refuses_a_revoked_token_once_its_cache_expires(
