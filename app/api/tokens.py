@@ -5,7 +5,7 @@ from __future__ import annotations
 from flask import Blueprint, Response
 
 from app.api.access import requires
-from app.api.http import int_arg, json_body, json_response, limit_arg, state
+from app.api.http import int_arg, json_body, json_response, limit_arg, no_content, state
 from app.domain import tokens
 from app.domain.access import ADMIN
 
@@ -34,4 +34,4 @@ def revoke_token(token_id: str) -> Response:
     tokens.check_token_id(token_id)
     tokens.revoke(state().engine, token_id)
     state().guard.forget()
-    return Response(status=204)
+    return no_content()
