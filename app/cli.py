@@ -13,12 +13,17 @@ import shutil
 import socket
 import sys
 import tempfile
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 if TYPE_CHECKING:
+    from sqlalchemy import Engine
+
     from app.config import Settings
+
+T = TypeVar("T")
 
 
 
@@ -223,13 +228,13 @@ def tokens_revoke(token_id: str) -> None:
     click.echo(f"revoked {token_id}")
 
 
-def _engine():  # type: ignore[no-untyped-def]
+def _engine() -> Engine:
     from app.storage.db import make_engine
 
     return make_engine(_settings(), pool=False)
 
 
-def _or_exit(step, *args):  # type: ignore[no-untyped-def]
+def _or_exit(step: Callable[..., T], *args: Any) -> T:
     """``step(*args)``; a refusal (bad input, not found, database down) is one line on
     stderr and exit status 1."""
     from app.errors import ApiError
@@ -247,7 +252,7 @@ def _json(value: object) -> str:
     return dump_json(value).decode()
 
 
-def _table(rows: list[dict], columns: tuple[str, ...]) -> str:
+def _table(rows: list[dict[str, Any]], columns: tuple[str, ...]) -> str:
     def text(value: object) -> str:
         if isinstance(value, list):
             return ",".join(map(str, value))
@@ -269,7 +274,7 @@ def _is_loopback(host: str) -> bool:
         infos = socket.getaddrinfo(host, None)
     except OSError:
         return False
-    return bool(infos) and all(ipaddress.ip_address(info[4][0].split("%")[0]).is_loopback
+    return bool(infos) and all(ipaddress.ip_address(str(info[4][0]).split("%")[0]).is_loopback
                                for info in infos)
 
 

@@ -108,7 +108,8 @@ def authorize(access: Access, principal: Principal, params: Mapping[str, Any]) -
 def current_principal() -> Principal:
     """Who the current Flask request acts as (everyone is unrestricted while access
     control is off)."""
-    return g.get("txmsg_principal", UNRESTRICTED)
+    principal: Principal = g.get("txmsg_principal", UNRESTRICTED)
+    return principal
 
 
 def install(app: Flask) -> None:

@@ -56,8 +56,8 @@ from app.vocabulary import Op
 _ROUTE = re.compile(r"/v1/producer-groups/([^/]+)/transactions(?:/([^/]+)/(commit|rollback))?")
 _OPS = {"commit": Op.COMMIT, "rollback": Op.ROLLBACK}
 # the Flask view each hot route stands in for: its access declaration is the one checked
-HOT_ROUTES = {None: transactions.send, "commit": transactions.commit,
-              "rollback": transactions.rollback}
+HOT_ROUTES: dict[str | None, Callable[..., Any]] = {
+    None: transactions.send, "commit": transactions.commit, "rollback": transactions.rollback}
 _ACCESS: dict[str | None, Access] = {op: access for op, view in HOT_ROUTES.items()
                                      if (access := access_of(view)) is not None}
 assert len(_ACCESS) == len(HOT_ROUTES), "every hot route's view declares its access"
@@ -191,7 +191,7 @@ class Api:
                 (status, data), content_type = http_problem(InternalServerError(), path), _PROBLEM
         await _answer(send, status, data, content_type, headers)
 
-    async def _authorize(self, scope: Scope, access: Access, group: str) -> None:
+    async def _authorize(self, scope: HTTPScope, access: Access, group: str) -> None:
         """As ``app.api.access.install`` checks a Flask route; the database is read (off the
         event loop) only for a token not verified in the last few seconds."""
         token = bearer_token(_header(scope["headers"], b"authorization"))

@@ -24,7 +24,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, StrictStr, field_validator
 from pydantic_core import PydanticCustomError
-from sqlalchemy import Engine, Row
+from sqlalchemy import Engine
 
 from app.domain.access import SCOPE_PATTERN, UNRESTRICTED, Principal, is_valid_scope
 from app.domain.lifecycle import utcnow
@@ -32,6 +32,7 @@ from app.domain.messages import parse_body
 from app.errors import InvalidRequest, NotFound
 from app.storage import tokens
 from app.storage.db import wraps_db_errors, write_transaction
+from app.storage.schema import AnyRow
 
 TOKEN_PREFIX = "txmsg_"
 TOKEN_ID_PATTERN = r"^[0-9a-f]{16}$"
@@ -95,7 +96,7 @@ def _hash(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-def _shape(row: Row) -> dict[str, Any]:
+def _shape(row: AnyRow) -> dict[str, Any]:
     return {"token_id": row.token_id, "name": row.name, "scopes": tokens.scopes(row),
             "created_at": row.created_at}
 
@@ -190,6 +191,6 @@ class TokenGuard:
             self._cache.clear()
 
     @wraps_db_errors
-    def _load(self, token_id: str) -> Row | None:
+    def _load(self, token_id: str) -> AnyRow | None:
         with self._engine.connect() as conn:
             return tokens.get_token(conn, token_id)
