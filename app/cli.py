@@ -6,25 +6,42 @@ any metric is created, so that the web workers and the checker share their count
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import os
 import shutil
+import socket
 import sys
 import tempfile
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 if TYPE_CHECKING:
+    from sqlalchemy import Engine
+
     from app.config import Settings
 
 log = logging.getLogger("txmsg")
 
+T = TypeVar("T")
+
+
 
 def _settings() -> Settings:
+    """The settings; a refused one is a line on stderr and exit status 2, not a traceback."""
+    from pydantic import ValidationError
+
     from app.config import Settings
 
-    return Settings()
+    try:
+        return Settings()
+    except ValidationError as exc:
+        for error in exc.errors(include_url=False, include_input=False):
+            name = "TXMSG_" + "_".join(str(p) for p in error["loc"]).upper()
+            click.echo(f"txmsg: {name}: {error['msg']}", err=True)
+        sys.exit(2)
 
 
 @click.group()
@@ -58,6 +75,12 @@ def migrate() -> None:
 @click.option("--workers", type=int, default=None, help="Web worker processes (TXMSG_WEB_WORKERS).")
 def serve(host: str, port: int, no_checker: bool, no_migrate: bool, workers: int | None) -> None:
     """Serve the API on Granian, with the check service alongside unless --no-checker."""
+    settings = _settings()
+    if not (settings.access_control or settings.allow_unauthenticated or _is_loopback(host)):
+        click.echo(f"txmsg serve: refusing to listen on {host} without access control: set "
+                   "TXMSG_ADMIN_TOKEN (or TXMSG_ALLOW_UNAUTHENTICATED=true to serve it open)",
+                   err=True)
+        sys.exit(2)
     metrics_dir = tempfile.mkdtemp(prefix="txmsg-metrics-")
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir
     from app.lifetime import PARENT_PID_ENV
@@ -72,7 +95,6 @@ def serve(host: str, port: int, no_checker: bool, no_migrate: bool, workers: int
 
     from app import logs
 
-    settings = _settings()
     if not no_migrate:
         _migrate_once_reachable(settings)
     service = None
@@ -82,9 +104,10 @@ def serve(host: str, port: int, no_checker: bool, no_migrate: bool, workers: int
         service = CheckService(settings)
         service.start()
     asgi = settings.web_interface == "asgi"
-    log.info("txmsg serving http://%s:%d on %s (%s)%s", host, port,
+    log.info("txmsg serving http://%s:%d on %s (%s)%s%s", host, port,
              _redacted(settings.database_url), settings.web_interface.upper(),
-             "" if no_checker else " with the check service")
+             "" if no_checker else " with the check service",
+             ", access control on" if settings.access_control else ", access control off")
     try:
         Granian(
             "app.web:asgi_from_env" if asgi else "app.web:app_from_env", factory=True,
@@ -159,6 +182,110 @@ def ingest(output: str, topics: str | None) -> None:
 
     topic_list = [t.strip() for t in topics.split(",") if t.strip()] if topics else None
     sys.exit(ingest_main(_settings(), output, topic_list))
+
+
+@main.group()
+def tokens() -> None:
+    """Scoped bearer tokens (access control), made on the database directly.
+
+    The same rules as /v1/tokens; a token revoked here is refused by running servers
+    within 5 s.
+    """
+
+
+@tokens.command("create")
+@click.option("--name", required=True, help="A label for people: who holds it, what for.")
+@click.option("--scope", "scopes", multiple=True, required=True,
+              help="admin, produce:<group>, consume:<topic> (* for every name); repeatable.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object, for scripts.")
+def tokens_create(name: str, scopes: tuple[str, ...], as_json: bool) -> None:
+    """Make a token; its secret is printed this once."""
+    from app.domain import tokens as domain
+
+    request = _or_exit(domain.parse_token_request, {"name": name, "scopes": list(scopes)})
+    made = _or_exit(domain.create, _engine(), request)
+    if as_json:
+        click.echo(_json(made))
+        return
+    click.echo(_table([made], ("token_id", "name", "scopes", "created_at")))
+    click.echo(f"token (shown this once, store it now): {made['token']}")
+
+
+@tokens.command("list")
+@click.option("--json", "as_json", is_flag=True, help="A JSON array, for scripts.")
+def tokens_list(as_json: bool) -> None:
+    """Every token, oldest first, without secrets."""
+    from app.domain import tokens as domain
+
+    engine, found, after = _engine(), [], 0
+    while True:
+        page = _or_exit(domain.list_tokens, engine, after, 1000)
+        found += page["tokens"]
+        if page["next_after"] is None:
+            break
+        after = int(page["next_after"])
+    click.echo(_json(found) if as_json else
+               _table(found, ("token_id", "name", "scopes", "created_at")))
+
+
+@tokens.command("revoke")
+@click.argument("token_id")
+def tokens_revoke(token_id: str) -> None:
+    """Revoke a token."""
+    from app.domain import tokens as domain
+
+    _or_exit(domain.revoke, _engine(), _or_exit(domain.check_token_id, token_id))
+    click.echo(f"revoked {token_id}")
+
+
+def _engine() -> Engine:
+    from app.storage.db import make_engine
+
+    return make_engine(_settings(), pool=False)
+
+
+def _or_exit(step: Callable[..., T], *args: Any) -> T:
+    """``step(*args)``; a refusal (bad input, not found, database down) is one line on
+    stderr and exit status 1."""
+    from app.errors import ApiError
+
+    try:
+        return step(*args)
+    except ApiError as exc:
+        click.echo(f"txmsg: {exc.code}: {exc.detail}", err=True)
+        sys.exit(1)
+
+
+def _json(value: object) -> str:
+    from app.api.http import dump_json
+
+    return dump_json(value).decode()
+
+
+def _table(rows: list[dict[str, Any]], columns: tuple[str, ...]) -> str:
+    def text(value: object) -> str:
+        if isinstance(value, list):
+            return ",".join(map(str, value))
+        return value.isoformat(timespec="seconds") if hasattr(value, "isoformat") else str(value)
+
+    cells = [list(columns)] + [[text(row[c]) for c in columns] for row in rows]
+    widths = [max(len(line[i]) for line in cells) for i in range(len(columns))]
+    return "\n".join("  ".join(v.ljust(w) for v, w in zip(line, widths, strict=True)).rstrip()
+                     for line in cells)
+
+
+def _is_loopback(host: str) -> bool:
+    """Whether every address ``host`` names is a loopback one (a name is resolved)."""
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        pass
+    try:
+        infos = socket.getaddrinfo(host, None)
+    except OSError:
+        return False
+    return bool(infos) and all(ipaddress.ip_address(str(info[4][0]).split("%")[0]).is_loopback
+                               for info in infos)
 
 
 def _redacted(url: str) -> str:

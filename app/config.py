@@ -4,14 +4,18 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, ValidationInfo, field_validator
+from pydantic import Field, SecretStr, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEFAULT_DATABASE_URL = "sqlite:///var/txmsg.db"
+MIN_ADMIN_TOKEN_LENGTH = 16
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="TXMSG_", extra="ignore")
+    # hide_input_in_errors: a refused setting (an admin token, a URL with a password) is
+    # not echoed into the error
+    model_config = SettingsConfigDict(env_prefix="TXMSG_", extra="ignore",
+                                      hide_input_in_errors=True)
 
     database_url: str = DEFAULT_DATABASE_URL
     transaction_timeout_seconds: float = Field(6, ge=0)
@@ -20,6 +24,11 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(4 * 1024 * 1024, ge=1)
     # most body bytes in one page of a read (a page always holds at least one message)
     max_read_bytes: int = Field(16 * 1024 * 1024, ge=1)
+
+    # access control: off while unset (then `txmsg serve` listens on loopback only, unless
+    # allow_unauthenticated); SecretStr keeps it out of reprs and logs
+    admin_token: SecretStr | None = None
+    allow_unauthenticated: bool = False
 
     # database connection pool (PostgreSQL); SQLite uses one pooled connection per thread
     db_pool_size: int = Field(10, ge=1)
@@ -90,6 +99,22 @@ class Settings(BaseSettings):
         if not isinstance(value, str):
             return value
         return value.upper() if info.field_name == "log_level" else value.lower()
+
+    @field_validator("admin_token", mode="before")
+    @classmethod
+    def _admin_token(cls, value: object) -> object:
+        if value is None or value == "":
+            return None  # set but empty (a compose default of ""): access control stays off
+        text = value.get_secret_value() if isinstance(value, SecretStr) else value
+        if isinstance(text, str) and (len(text) < MIN_ADMIN_TOKEN_LENGTH
+                                      or text != text.strip()):
+            raise ValueError(f"TXMSG_ADMIN_TOKEN must be at least {MIN_ADMIN_TOKEN_LENGTH} "
+                             "characters, without surrounding whitespace")
+        return value
+
+    @property
+    def access_control(self) -> bool:
+        return self.admin_token is not None
 
     @property
     def is_sqlite(self) -> bool:

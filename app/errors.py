@@ -9,6 +9,7 @@ class ApiError(Exception):
     status = 400
     code = "bad_request"
     title = "Bad request"
+    headers: tuple[tuple[str, str], ...] = ()  # HTTP headers the answer carries
 
     def __init__(self, detail: str, *, code: str | None = None, **extra: Any) -> None:
         super().__init__(detail)
@@ -20,6 +21,23 @@ class ApiError(Exception):
 
 class InvalidRequest(ApiError):
     status, code, title = 400, "invalid_request", "Invalid request"
+
+
+class Unauthenticated(ApiError):
+    """No token, or one that is unknown or revoked (RFC 6750: a challenge in the answer)."""
+
+    status, code, title = 401, "unauthenticated", "Unauthenticated"
+
+    def __init__(self, detail: str, *, token_given: bool) -> None:
+        super().__init__(detail)
+        challenge = 'Bearer realm="txmsg"'
+        if token_given:
+            challenge += ', error="invalid_token"'
+        self.headers = (("WWW-Authenticate", challenge),)
+
+
+class Forbidden(ApiError):
+    status, code, title = 403, "forbidden", "Forbidden"
 
 
 class NotFound(ApiError):

@@ -7,11 +7,13 @@ from dataclasses import dataclass
 from flask import Flask
 from sqlalchemy import Engine
 
-from app.api import groups, health, telemetry, topics, transactions
+from app.api import access, telemetry
 from app.api.asgi import Api
 from app.api.http import register_error_handlers
+from app.api.routes import BLUEPRINTS
 from app.config import Settings
 from app.domain.lifecycle import Lifecycle
+from app.domain.tokens import TokenGuard
 from app.lifetime import die_with_parent
 from app.storage.db import make_engine
 
@@ -21,6 +23,7 @@ class AppState:
     settings: Settings
     engine: Engine
     lifecycle: Lifecycle
+    guard: TokenGuard
 
     def close(self) -> None:
         self.lifecycle.close()
@@ -33,10 +36,12 @@ def create_app(settings: Settings | None = None, *, engine: Engine | None = None
     engine = engine or make_engine(settings)
     app = Flask(__name__)
     app.config["MAX_CONTENT_LENGTH"] = max(64 * 1024 * 1024, 2 * settings.max_body_bytes)
-    app.extensions["txmsg"] = AppState(settings, engine, Lifecycle(engine, settings))
+    guard = TokenGuard(engine, settings.admin_token)
+    app.extensions["txmsg"] = AppState(settings, engine, Lifecycle(engine, settings), guard)
     register_error_handlers(app)
+    access.install(app)
     telemetry.install(app)
-    for bp in (groups.bp, transactions.bp, topics.bp, health.bp):
+    for bp in BLUEPRINTS:
         app.register_blueprint(bp)
     return app
 

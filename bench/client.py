@@ -24,8 +24,10 @@ class Producer:
     that much more of the machine.
     """
 
-    def __init__(self, port: int, name: str, messages: int = 1) -> None:
+    def __init__(self, port: int, name: str, messages: int = 1,
+                 token: str | None = None) -> None:
         self.port, self.name = port, name
+        self._auth = f"Authorization: Bearer {token}\r\n" if token else ""
         self._seq = 0
         self._buf = b""
         self._sock = self._connect()
@@ -42,7 +44,7 @@ class Producer:
 
     def _post(self, path: str, body: bytes | None, expect: int) -> bytes:
         body = body or b""
-        request = (f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        request = (f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n{self._auth}"
                    f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
                    ).encode() + body
         for attempt in (0, 1):
@@ -111,15 +113,32 @@ class Producer:
         self._sock.close()
 
 
-def register(port: int) -> None:
+def _auth(token: str | None) -> dict[str, str]:
+    return {**_JSON, "Authorization": f"Bearer {token}"} if token else _JSON
+
+
+def register(port: int, token: str | None = None) -> None:
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
     body = orjson.dumps({"check_urls": ["http://127.0.0.1:9/bench-check"]})
-    conn.request("PUT", f"/v1/producer-groups/{GROUP}", body=body, headers=_JSON)
+    conn.request("PUT", f"/v1/producer-groups/{GROUP}", body=body, headers=_auth(token))
     resp = conn.getresponse()
     resp.read()
     conn.close()
     if resp.status != 200:
         raise RuntimeError(f"registration failed: {resp.status}")
+
+
+def make_token(port: int, admin_token: str, scopes: list[str]) -> str:
+    """A scoped token, made with the admin token (access control on)."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    body = orjson.dumps({"name": "bench", "scopes": scopes})
+    conn.request("POST", "/v1/tokens", body=body, headers=_auth(admin_token))
+    resp = conn.getresponse()
+    data = resp.read()
+    conn.close()
+    if resp.status != 201:
+        raise RuntimeError(f"token creation failed: {resp.status} {data[:300]!r}")
+    return orjson.loads(data)["token"]
 
 
 def batch_stats(metrics_text: bytes) -> dict[str, Any]:

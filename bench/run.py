@@ -5,6 +5,8 @@ measures, with the same N client threads throughout:
 
   (a) raw psycopg single-row INSERT commits/s        (c) raw 100-row INSERT rows/s
   (b) txmsg send + commit pairs/s over HTTP          (d) txmsg 100-message transactions, msgs/s
+  (b) and (d) again with access control on (a second server with TXMSG_ADMIN_TOKEN, the
+      producers holding a produce:<group> token), and the overhead against them off
   (e) commit latency p50/p99, open loop at half the (b) peak, with the service's RSS
   (f) the checker's due scan with 1M resolved + 1k pending vs 1k pending alone
   plus the checker's RSS working a 100k backlog, and ``bench.ingest`` when present.
@@ -31,7 +33,7 @@ from typing import Any
 from bench import machine, raw, txmsg_load
 from bench.pgdb import admin_url, bench_database, libpq_url
 from bench.procs import Sampler, summarise
-from bench.service import gunicorn, gunicorn_available, serve
+from bench.service import gunicorn, gunicorn_available, serve, serve_with_access_control
 
 OUT = Path(__file__).resolve().parent / "out" / "results.json"
 
@@ -42,7 +44,8 @@ OUT = Path(__file__).resolve().parent / "out" / "results.json"
 CLIENTS = 32
 
 GOALS = {"b_over_a": (">=", 0.25), "d_over_c": (">=", 0.3), "f_scan_ratio": ("<=", 1.5),
-         "commit_p99_ms": ("<=", 25.0), "serve_rss_max_deviation": ("<=", 0.2)}
+         "commit_p99_ms": ("<=", 25.0), "serve_rss_max_deviation": ("<=", 0.2),
+         "access_control_overhead_b": ("<=", 0.05)}
 
 
 @dataclass(frozen=True)
@@ -136,6 +139,11 @@ def _phases(plan: Plan, admin: str, db: str, results: dict[str, Any]) -> None:
     except Exception as exc:  # noqa: BLE001
         results["errors"]["serve"] = f"{type(exc).__name__}: {exc}"
         server = None
+    try:
+        secured = serve_with_access_control(db)
+    except Exception as exc:  # noqa: BLE001
+        results["errors"]["serve_with_access_control"] = f"{type(exc).__name__}: {exc}"
+        secured = None
     throughput: dict[str, tuple[str, Callable[[], Any]]] = {
         "a_raw_single_insert": ("per_second", lambda: raw.single_inserts(db, n, secs, warm)),
         "b_txmsg_send_commit": ("per_second",
@@ -144,9 +152,16 @@ def _phases(plan: Plan, admin: str, db: str, results: dict[str, Any]) -> None:
             db, n, secs, warm, batch=plan.batch_rows)),
         "d_txmsg_batch_send_commit": ("messages_per_second", lambda: txmsg_load.pairs(
             server, n, secs, warm, messages=plan.batch_rows)),
+        "b_access_control_on": ("per_second",
+                                lambda: txmsg_load.pairs(secured, n, secs, warm)),
+        "d_access_control_on": ("messages_per_second", lambda: txmsg_load.pairs(
+            secured, n, secs, warm, messages=plan.batch_rows)),
     }
     if server is None:
-        throughput = {k: v for k, v in throughput.items() if k.startswith(("a_", "c_"))}
+        throughput = {k: v for k, v in throughput.items()
+                      if k.startswith(("a_", "c_")) or k.endswith("_on")}
+    if secured is None:
+        throughput = {k: v for k, v in throughput.items() if not k.endswith("_on")}
     try:
         _throughput_rounds(plan, throughput, phase, results)
         b = results.get("b_txmsg_send_commit")
@@ -155,8 +170,9 @@ def _phases(plan: Plan, admin: str, db: str, results: dict[str, Any]) -> None:
                   lambda: _paced_with_memory(server, n, 0.5 * b["per_second"],
                                              plan.paced_seconds))
     finally:
-        if server is not None:
-            server.stop()
+        for running in (server, secured):
+            if running is not None:
+                running.stop()
     if plan.compare_gunicorn:
         phase("servers_compared", lambda: _compare_servers(db, n, secs, warm))
     from bench import due_scan
@@ -264,7 +280,27 @@ def _ratios(r: dict[str, Any]) -> dict[str, Any]:
         "serve_rss_max_deviation": _get(r, "e_commit_latency_half_peak", "service_rss",
                                         "max_deviation"),
         "checker_peak_rss_large_over_reference": _get(r, "checker_memory", "peak_rss_ratio"),
+        # 1 - on/off: the share of (b) and (d) that checking tokens costs
+        "access_control_overhead_b": _overhead(
+            _get(r, "b_access_control_on", "per_second"),
+            _get(r, "b_txmsg_send_commit", "per_second")),
+        "access_control_overhead_d": _overhead(
+            _get(r, "d_access_control_on", "messages_per_second"),
+            _get(r, "d_txmsg_batch_send_commit", "messages_per_second")),
+        # on/off - 1 of the service's CPU per pair, which a loaded machine disturbs less
+        "access_control_service_cpu_overhead_b": _overhead(
+            _get(r, "b_txmsg_send_commit", "cpu_ms_per_unit", "service"),
+            _get(r, "b_access_control_on", "cpu_ms_per_unit", "service"), inverse=True),
     }
+
+
+def _overhead(x: Any, y: Any, inverse: bool = False) -> float | None:
+    """1 - x/y: what a throughput x loses against y; ``inverse``: y/x - 1, what a cost y
+    adds to x."""
+    ratio = _ratio(y, x) if inverse else _ratio(x, y)
+    if ratio is None:
+        return None
+    return round(ratio - 1 if inverse else 1 - ratio, 3)
 
 
 def _goals(ratios: dict[str, Any]) -> dict[str, Any]:
@@ -295,6 +331,13 @@ def _summary(r: dict[str, Any], out_path: Path) -> None:
         ("(c) raw 100-row INSERT rows/s", _get(r, "c_raw_batch_insert", "per_second")),
         ("(d) txmsg 100-msg txns, msgs/s",
          _get(r, "d_txmsg_batch_send_commit", "messages_per_second")),
+        ("(b) with access control on, pairs/s (overhead)",
+         (f"{_get(r, 'b_access_control_on', 'per_second')} "
+         f"({_get(r, 'ratios', 'access_control_overhead_b')}; service CPU per pair "
+         f"+{_get(r, 'ratios', 'access_control_service_cpu_overhead_b')})")),
+        ("(d) with access control on, msgs/s (overhead)",
+         (f"{_get(r, 'd_access_control_on', 'messages_per_second')} "
+         f"({_get(r, 'ratios', 'access_control_overhead_d')})")),
         ("(e) commit p50 / p99 ms at half peak",
          (f"{_get(r, 'e_commit_latency_half_peak', 'commit_ms', 'p50')} / "
          f"{_get(r, 'e_commit_latency_half_peak', 'commit_ms', 'p99')}")),

@@ -29,6 +29,7 @@ class Server:
     def __init__(self, argv: list[str], env: dict[str, str], port: int, name: str,
                  database: str | None = None) -> None:
         self.port, self.name, self.database = port, name, database
+        self.token: str | None = None  # the producers' bearer token, with access control on
         self.log = Path(tempfile.mkstemp(prefix=f"txmsg-bench-{name}-", suffix=".log")[1])
         self.proc = subprocess.Popen(argv, env=env, stdout=self.log.open("w"),
                                      stderr=subprocess.STDOUT, start_new_session=True)
@@ -95,6 +96,23 @@ def serve(database_url: str, **settings: object) -> Server:
     argv = [*txmsg_command(), "--log-level", "WARNING", "serve", "--no-checker", "--no-migrate",
             "--port", str(port)]
     return Server(argv, env, port, "serve", database_name(database_url))
+
+
+BENCH_ADMIN_TOKEN = "bench-admin-token-0123456789abcdef"
+
+
+def serve_with_access_control(database_url: str, **settings: object) -> Server:
+    """``serve`` with TXMSG_ADMIN_TOKEN set; the producers use a ``produce:<group>`` token
+    (checked through the token cache, as a real producer's would be, not the admin one)."""
+    from bench.client import GROUP, make_token
+
+    server = serve(database_url, admin_token=BENCH_ADMIN_TOKEN, **settings)
+    try:
+        server.token = make_token(server.port, BENCH_ADMIN_TOKEN, [f"produce:{GROUP}"])
+    except Exception:
+        server.stop()
+        raise
+    return server
 
 
 def gunicorn_available() -> bool:

@@ -15,7 +15,7 @@ def _producers(server: Server, messages: int, made: list[Producer]):  # type: ig
     run = uuid.uuid4().hex[:6]
 
     def make(i: int) -> Producer:
-        p = Producer(server.port, f"{run}-{i}", messages)
+        p = Producer(server.port, f"{run}-{i}", messages, server.token)
         made.append(p)
         return p
     return make
@@ -27,7 +27,7 @@ def pairs(server: Server, clients: int, seconds: float, warmup: float,
 
     ``per_second`` counts pairs; ``messages_per_second`` counts messages.
     """
-    register(server.port)
+    register(server.port, server.token)
     before = batch_stats(server.get("/metrics"))
     made: list[Producer] = []
     make = _producers(server, messages, made)
@@ -42,7 +42,7 @@ def pairs(server: Server, clients: int, seconds: float, warmup: float,
 
 def paced(server: Server, clients: int, rate: float, seconds: float) -> dict[str, Any]:
     """Open loop at ``rate`` pairs/s: latency of send and of commit."""
-    register(server.port)
+    register(server.port, server.token)
     before = batch_stats(server.get("/metrics"))
     made: list[Producer] = []
     make = _producers(server, 1, made)

@@ -48,7 +48,8 @@ from werkzeug.exceptions import (
     RequestURITooLarge,
 )
 
-from app.api import telemetry
+from app.api import telemetry, transactions
+from app.api.access import Access, access_of, authorize, bearer_token, unauthenticated
 from app.api.http import PROBLEM_MEDIA_TYPE, api_problem, dump_json, http_problem
 from app.api.transactions import check_finish, parse_send, send_answer
 from app.errors import ApiError, InvalidRequest
@@ -62,6 +63,12 @@ _OPS = {"commit": Op.COMMIT, "rollback": Op.ROLLBACK}
 _SEND_RULE = "/v1/producer-groups/<group>/transactions"
 _RULES = {None: _SEND_RULE, "commit": f"{_SEND_RULE}/<transaction_id>/commit",
           "rollback": f"{_SEND_RULE}/<transaction_id>/rollback"}
+# the Flask view each hot route stands in for: its access declaration is the one checked
+HOT_ROUTES: dict[str | None, Callable[..., Any]] = {
+    None: transactions.send, "commit": transactions.commit, "rollback": transactions.rollback}
+_ACCESS: dict[str | None, Access] = {op: access for op, view in HOT_ROUTES.items()
+                                     if (access := access_of(view)) is not None}
+assert len(_ACCESS) == len(HOT_ROUTES), "every hot route's view declares its access"
 _JSON = b"application/json"
 _PROBLEM = PROBLEM_MEDIA_TYPE.encode()
 _HEALTHY = dump_json({"status": "ok"})  # what the Flask view answers
@@ -85,6 +92,7 @@ class Api:
         wsgi = _terminated_input(app)
         self._flask = WSGIMiddleware(wsgi, workers=settings.web_threads)
         self._probes = WSGIMiddleware(wsgi, workers=_PROBE_THREADS)
+        self._guard = self._state.guard
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -162,7 +170,8 @@ class Api:
                       route: str = telemetry.UNMATCHED) -> None:
         path = scope["path"]
         if isinstance(exc, ApiError):
-            await _answer(send, scope, exc.status, api_problem(exc, path), _PROBLEM, route)
+            await _answer(send, scope, exc.status, api_problem(exc, path), _PROBLEM, route,
+                          headers=exc.headers)
         else:
             await _answer(send, scope, *http_problem(exc, path), _PROBLEM, route)
 
@@ -171,7 +180,10 @@ class Api:
         group, transaction_id, op = match.groups()
         path = scope["path"]
         content_type = _JSON
+        headers: tuple[tuple[str, str], ...] = ()
         try:
+            if self._guard.enabled:
+                await self._authorize(scope, _ACCESS[op], group)
             lifecycle = self._state.lifecycle
             if op is None:
                 txn = parse_send(lifecycle, group, raw)
@@ -183,6 +195,7 @@ class Api:
             data = dump_json(body)
         except ApiError as exc:
             status, data, content_type = exc.status, api_problem(exc, path), _PROBLEM
+            headers = exc.headers
         except Exception as exc:
             error = unavailable(exc)
             if error is not None:
@@ -193,7 +206,20 @@ class Api:
                 self._app.logger.exception("Exception on %s [POST]", path, extra={
                     "request_id": _identity(scope)[0]})
                 (status, data), content_type = http_problem(InternalServerError(), path), _PROBLEM
-        await _answer(send, scope, status, data, content_type, _RULES[op], hot=True)
+        await _answer(send, scope, status, data, content_type, _RULES[op], hot=True,
+                      headers=headers)
+
+    async def _authorize(self, scope: HTTPScope, access: Access, group: str) -> None:
+        """As ``app.api.access.install`` checks a Flask route; the database is read (off the
+        event loop) only for a token not verified in the last few seconds."""
+        token = bearer_token(_header(scope["headers"], b"authorization"))
+        principal = self._guard.cached(token) if token is not None else None
+        if principal is None and token is not None:
+            principal = await asyncio.get_running_loop().run_in_executor(
+                None, self._guard.verify, token)
+        if principal is None:
+            raise unauthenticated(token)
+        authorize(access, principal, {"group": group})
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         while True:
@@ -217,13 +243,15 @@ def _identity(scope: HTTPScope) -> tuple[str, float]:
 
 
 async def _answer(send: Send, scope: HTTPScope, status: int, data: bytes,
-                  content_type: bytes, route: str, *, hot: bool = False) -> None:
+                  content_type: bytes, route: str, *, hot: bool = False,
+                  headers: tuple[tuple[str, str], ...] = ()) -> None:
     """Send an answer of this front's own, with the request's id, and record it."""
     request_id, started = _identity(scope)
     await send({"type": "http.response.start", "status": status,
                 "headers": [(b"content-type", content_type),
                             (b"content-length", b"%d" % len(data)),
-                            (b"x-request-id", request_id.encode())]})
+                            (b"x-request-id", request_id.encode()),
+                            *((k.lower().encode(), v.encode()) for k, v in headers)]})
     await send({"type": "http.response.body", "body": data})
     telemetry.record(request_id, scope["method"], route, scope["path"], status, started,
                      hot=hot)
@@ -248,6 +276,13 @@ def _head(headers: Iterable[tuple[bytes, bytes]]) -> _Head:
         elif name == b"x-request-id" and request_id is None:
             request_id = value.decode("latin-1")
     return _Head(length if lengths == 1 else None, streamed, size, request_id)
+
+
+def _header(headers: Iterable[tuple[bytes, bytes]], name: bytes) -> str | None:
+    for key, value in headers:
+        if key == name:
+            return value.decode("latin-1")
+    return None
 
 
 async def _read_all(receive: Receive, limit: int | None) -> bytes | HTTPException | ApiError:

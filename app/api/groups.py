@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from flask import Blueprint, Response
 
+from app.api.access import requires
 from app.api.http import json_body, json_response, no_content, state
 from app.domain import groups
+from app.domain.access import PRODUCE
 from app.domain.messages import parse_producer_group
 from app.domain.names import check_group_name
 
@@ -13,6 +15,7 @@ bp = Blueprint("groups", __name__, url_prefix="/v1/producer-groups")
 
 
 @bp.put("/<group>")
+@requires(PRODUCE, "group")
 def put_group(group: str) -> Response:
     """Register (or replace) a producer group's check callbacks."""
     check_group_name(group)
@@ -21,6 +24,7 @@ def put_group(group: str) -> Response:
 
 
 @bp.get("/<group>")
+@requires(PRODUCE, "group")
 def get_group(group: str) -> Response:
     """A producer group's registration."""
     check_group_name(group)
@@ -28,6 +32,7 @@ def get_group(group: str) -> Response:
 
 
 @bp.delete("/<group>")
+@requires(PRODUCE, "group")
 def delete_group(group: str) -> Response:
     """Remove a registration; its transactions stay and resolve as usual."""
     check_group_name(group)

@@ -6,6 +6,7 @@ from flask import Blueprint, Response
 from sqlalchemy import exc as sa_exc
 
 from app import metrics
+from app.api.access import public
 from app.api.http import json_response, problem, state
 from app.api.openapi import openapi_document
 from app.domain import reads
@@ -15,12 +16,14 @@ bp = Blueprint("health", __name__)
 
 
 @bp.get("/healthz")
+@public
 def healthz() -> Response:
     """The process is up."""
     return json_response({"status": "ok"})
 
 
 @bp.get("/readyz")
+@public
 def readyz() -> Response:
     """The database answers, takes writes and its schema is at the head revision."""
     head = head_revision()
@@ -42,6 +45,7 @@ def readyz() -> Response:
 
 
 @bp.get("/metrics")
+@public
 def metrics_view() -> Response:
     """Prometheus text exposition."""
     engine = state().engine
@@ -50,6 +54,7 @@ def metrics_view() -> Response:
 
 
 @bp.get("/openapi.json")
+@public
 def openapi() -> Response:
     """The OpenAPI document of this API."""
     return json_response(openapi_document())

@@ -114,7 +114,7 @@ def register_error_handlers(app: Flask) -> None:
     @app.errorhandler(ApiError)
     def _api_error(exc: ApiError) -> Response:
         return Response(api_problem(exc, request.path), status=exc.status,
-                        mimetype=PROBLEM_MEDIA_TYPE)
+                        mimetype=PROBLEM_MEDIA_TYPE, headers=exc.headers)
 
     @app.errorhandler(SQLAlchemyError)
     def _database_error(exc: SQLAlchemyError) -> Response:

@@ -25,6 +25,7 @@ from typing import Any
 from pydantic import TypeAdapter
 from pydantic.json_schema import GenerateJsonSchema, JsonSchemaMode
 
+from app.api.access import ADMIN_ONLY, BEARER
 from app.api.http import MAX_INT64, PROBLEM_MEDIA_TYPE
 from app.api.schemas import (
     CheckRequest,
@@ -32,12 +33,14 @@ from app.api.schemas import (
     CommittedTransaction,
     Health,
     Message,
+    NewToken,
     Problem,
     ProducerGroup,
     Ready,
     ResumedTransaction,
     RolledBackTransaction,
     SentTransaction,
+    TokenList,
     TopicList,
     TopicPage,
     Transaction,
@@ -45,6 +48,7 @@ from app.api.schemas import (
 )
 from app.domain.messages import ProducerGroupIn, SingleMessageTransactionIn, TransactionIn
 from app.domain.names import DISCARD_TOPIC, GroupName, Name, TransactionId
+from app.domain.tokens import TokenId, TokenIn
 from app.vocabulary import State
 
 Schema = dict[str, Any]
@@ -94,6 +98,9 @@ class _Components:
 
 _ERROR_DESCRIPTIONS = {
     "400": "Malformed or invalid request (see `code`).",
+    "401": "No bearer token, or an unknown or revoked one (`unauthenticated`; with a "
+           "`WWW-Authenticate: Bearer` challenge).",
+    "403": "The token lacks the scope (`forbidden`).",
     "404": "Unknown resource.",
     "409": "State conflict.",
     "413": "Body too large.",
@@ -261,6 +268,29 @@ class _Builder:
                     {"200": Message},
                     {"400": "invalid_message_id", "404": "message_not_found", **_DB}),
             },
+            "/v1/tokens": {
+                "post": op(
+                    "createToken", "tokens", "Make a scoped bearer token (its secret shown once)",
+                    {"201": self.answer(NewToken, "The token, with its secret.")},
+                    {"400": f"{_BODY_CODES}, invalid_token_name, invalid_scope",
+                     "413": "payload_too_large", **_DB},
+                    body=TokenIn,
+                    examples={"producer_and_consumer": {
+                        "name": "orders prod",
+                        "scopes": ["produce:orders-svc", "consume:orders"]}}),
+                "get": op("listTokens", "tokens",
+                          "The tokens, oldest first, without their secrets",
+                          {"200": TokenList}, {"400": "invalid_query_parameter", **_DB},
+                          parameters=("after", "limit")),
+            },
+            "/v1/tokens/{token_id}": {
+                "parameters": _parameter_refs("token_id"),
+                "delete": op(
+                    "revokeToken", "tokens",
+                    "Revoke a token (refused by every process within 5 s)",
+                    {"204": {"description": "Revoked."}},
+                    {"400": "invalid_token_id", "404": "token_not_found", **_DB}),
+            },
             "/healthz": {"get": op("healthz", "health", "The process is up",
                                    {"200": Health}, {})},
             "/readyz": {"get": op(
@@ -277,6 +307,31 @@ class _Builder:
                          "content": {JSON: {"schema": {"type": "object"}}}}}, {})},
         }
 
+    def secured(self, paths: dict[str, Any]) -> dict[str, Any]:
+        """Each operation with the access its route declares (``app.api.access``): open
+        ones need no token; the others a bearer token with ``x-required-scope``, and may
+        answer 401 and 403."""
+        from app.api.routes import declared_access  # the routes' modules import this one
+
+        declared = declared_access()
+        for path, item in paths.items():
+            for method, op in item.items():
+                if method == "parameters":
+                    continue
+                access = declared[method.upper(), path] or ADMIN_ONLY
+                if access.open:
+                    op["security"] = []
+                    continue
+                op["security"] = [{BEARER: []}]
+                op["x-required-scope"] = access.required_scope
+                op["description"] = (
+                    f"Needs a token with the scope `{access.required_scope}` (or `admin`)."
+                    if access.action is not None else f"Needs a token: {access.note}.")
+                op["responses"]["401"] = self.problem(_ERROR_DESCRIPTIONS["401"])
+                if access.forbids:
+                    op["responses"]["403"] = self.problem(_ERROR_DESCRIPTIONS["403"])
+        return paths
+
     def parameters(self) -> dict[str, Any]:
         def path(name: str, tp: Any, example: str) -> dict[str, Any]:
             return {"name": name, "in": "path", "required": True,
@@ -291,6 +346,7 @@ class _Builder:
             "transaction_id": path("transaction_id", TransactionId, "order-1001"),
             "topic": path("topic", Name, "orders"),
             # server ids have the shape of client ones
+            "token_id": path("token_id", TokenId, "3f2a9c0d1e4b5a6f"),
             "message_id": path("message_id", TransactionId, "0F8E3B0C9D2A4C6E8F1A2B3C4D5E6F70"),
             "limit": query("limit", "Page size; out of range → 400.",
                            {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100}),
@@ -315,9 +371,11 @@ class _Builder:
                 {"name": "producer-groups", "description": "Check callback registration."},
                 {"name": "transactions", "description": "Half messages and their resolution."},
                 {"name": "topics", "description": "Reading committed messages."},
+                {"name": "tokens", "description": "Scoped bearer tokens (admin)."},
                 {"name": "health", "description": "Liveness, readiness, metrics, this document."},
             ],
-            "paths": self.paths(),
+            "security": [{BEARER: []}],
+            "paths": self.secured(self.paths()),
             "webhooks": {"transactionCheck": {"post": {
                 "operationId": "transactionCheck",
                 "summary": "Check: the service asks the producer what became of a transaction",
@@ -335,6 +393,12 @@ class _Builder:
                 },
             }}},
             "components": {
+                "securitySchemes": {BEARER: {
+                    "type": "http", "scheme": "bearer", "description": (
+                        "`Authorization: Bearer <token>` on every `/v1/...` request while "
+                        "access control is on (TXMSG_ADMIN_TOKEN set): the admin token, or a "
+                        "token made with `POST /v1/tokens`. Each operation names the scope it "
+                        "needs in `x-required-scope`.")}},
                 "parameters": self.parameters(),
                 "responses": {
                     "RouteNotFound": self.problem("Unknown route (`route_not_found`)."),

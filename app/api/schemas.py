@@ -18,6 +18,7 @@ from typing_extensions import TypedDict  # pydantic needs this one before Python
 from app.api.http import MAX_INT64
 from app.domain.messages import MAX_CHECK_URLS, Body, BodyBase64, HttpUrl, Keys, Properties, Tag
 from app.domain.names import DISCARD_TOPIC, GroupName, TopicName, TransactionId
+from app.domain.tokens import Scope, TokenId
 from app.vocabulary import Resolution, State
 
 # the API answers with exactly these fields
@@ -214,6 +215,27 @@ class CheckResponse(TypedDict, total=False):
 
 
 @with_config(_CLOSED)
+class Token(TypedDict):
+    token_id: TokenId
+    name: str
+    scopes: list[Scope]
+    created_at: Timestamp
+
+
+@with_config(_CLOSED)
+class NewToken(Token):
+    token: Annotated[str, Field(description=(
+        "The secret bearer token: in this answer only, stored only as a hash."))]
+
+
+@with_config(_CLOSED)
+class TokenList(TypedDict):
+    tokens: list[Token]
+    next_after: Annotated[Annotated[str, Field(pattern="^[0-9]+$")] | None, Field(
+        description="Pass as `after` for the next page; null on the last page.")]
+
+
+@with_config(_CLOSED)
 class FieldError(TypedDict):
     field: str
     message: str
@@ -236,3 +258,5 @@ class Problem(TypedDict):
     state: NotRequired[Annotated[State, Field(description="The transaction's state (on 409).")]]
     revision: NotRequired[str | None]
     head: NotRequired[str | None]
+    required_scope: NotRequired[Annotated[str, Field(
+        description="The scope the token lacks (on 403).")]]

@@ -4,25 +4,31 @@ from __future__ import annotations
 
 from flask import Blueprint, Response, request
 
+from app.api.access import current_principal, requires, requires_token
 from app.api.http import int_arg, json_response, limit_arg, state
 from app.domain import reads
+from app.domain.access import CONSUME, PRODUCE, names_allowed
 from app.domain.names import check_message_id, check_readable_topic, is_valid_name
-from app.errors import InvalidRequest
+from app.errors import Forbidden, InvalidRequest
 
 bp = Blueprint("topics", __name__, url_prefix="/v1")
 
 
 @bp.get("/topics")
+@requires_token("consume:{topic} (lists only the topics the token may consume)",
+                forbids=False)
 def list_topics() -> Response:
     """Topics with a committed message and their next offset, by name; ``after`` pages."""
     after = request.args.get("after")
     if after is not None and not is_valid_name(after):
         raise InvalidRequest(f"query parameter after must be a topic name, got {after!r}",
                              code="invalid_query_parameter", parameter="after")
-    return json_response(reads.list_topics(state().engine, after or "", limit_arg()))
+    only = names_allowed(current_principal().scopes, CONSUME)
+    return json_response(reads.list_topics(state().engine, after or "", limit_arg(), only))
 
 
 @bp.get("/topics/<topic>/messages")
+@requires(CONSUME, "topic")
 def read_topic(topic: str) -> Response:
     """Committed messages of a topic from ``from_offset``, in offset order, at most
     ``limit`` of them and TXMSG_MAX_READ_BYTES of bodies (but at least one)."""
@@ -32,7 +38,14 @@ def read_topic(topic: str) -> Response:
 
 
 @bp.get("/messages/<message_id>")
+@requires_token("consume:{topic} or produce:{group} of the message")
 def get_message(message_id: str) -> Response:
     """One message, its transaction's state and, once committed, its offset."""
     check_message_id(message_id)
-    return json_response(reads.get_message(state().engine, message_id))
+    message = reads.get_message(state().engine, message_id)
+    principal = current_principal()
+    if not (principal.may(CONSUME, message["topic"])
+            or principal.may(PRODUCE, message["producer_group"])):
+        raise Forbidden(f"this token has neither consume:{message['topic']} nor "
+                        f"produce:{message['producer_group']}")
+    return json_response(message)

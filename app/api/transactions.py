@@ -6,8 +6,10 @@ from typing import Any
 
 from flask import Blueprint, Response, request
 
+from app.api.access import requires
 from app.api.http import int_arg, json_response, limit_arg, parse_json, request_body, state
 from app.domain import reads
+from app.domain.access import PRODUCE
 from app.domain.lifecycle import Lifecycle, SendResult
 from app.domain.messages import TransactionIn, parse_transaction
 from app.domain.names import check_group_name, check_transaction_id
@@ -37,6 +39,7 @@ def check_finish(group: str, transaction_id: str) -> None:
 
 
 @bp.post("")
+@requires(PRODUCE, "group")
 def send(group: str) -> Response:
     lifecycle = state().lifecycle
     txn = parse_send(lifecycle, group, request_body())
@@ -50,24 +53,28 @@ def _finish(group: str, transaction_id: str, op: Op) -> Response:
 
 
 @bp.post("/<transaction_id>/commit")
+@requires(PRODUCE, "group")
 def commit(group: str, transaction_id: str) -> Response:
     """Make the transaction's messages visible; answered once they are durable."""
     return _finish(group, transaction_id, Op.COMMIT)
 
 
 @bp.post("/<transaction_id>/rollback")
+@requires(PRODUCE, "group")
 def rollback(group: str, transaction_id: str) -> Response:
     """Drop the transaction's messages for good."""
     return _finish(group, transaction_id, Op.ROLLBACK)
 
 
 @bp.post("/<transaction_id>/resume-check")
+@requires(PRODUCE, "group")
 def resume_check(group: str, transaction_id: str) -> Response:
     """Put a DISCARDED transaction back to PREPARED with its check count at 0."""
     return _finish(group, transaction_id, Op.RESUME)
 
 
 @bp.get("/<transaction_id>")
+@requires(PRODUCE, "group")
 def get_transaction(group: str, transaction_id: str) -> Response:
     """One transaction with its state, check count and messages."""
     check_group_name(group)
@@ -76,6 +83,7 @@ def get_transaction(group: str, transaction_id: str) -> Response:
 
 
 @bp.get("")
+@requires(PRODUCE, "group")
 def list_transactions(group: str) -> Response:
     """The group's transactions, oldest first; ``state`` filters, ``after`` pages."""
     check_group_name(group)

@@ -47,6 +47,7 @@ MAX_CHECK_URLS = 16
 _CONTROL_OR_SPACE_RE = re.compile(r"[\s\x00-\x1f\x7f]")
 
 _STRICT = ConfigDict(strict=True, extra="forbid", frozen=True)
+M = TypeVar("M", bound=BaseModel)
 
 # Field types shared by the requests and the answers. ``json_schema_extra`` tells the
 # OpenAPI document of rules the validators below check, each with its own error code.
@@ -271,3 +272,8 @@ def _to_api_error(exc: ValidationError) -> ApiError:
     details = [{"field": ".".join(str(p) for p in e["loc"]), "message": e["msg"]} for e in errors]
     cls = _STATUS_BY_CODE.get(code, InvalidRequest)
     return cls(f"{where}: {first['msg']}", code=code, errors=details)
+
+
+def parse_body(model: type[M], payload: Any) -> M:
+    """A JSON request body as ``model`` (another domain's), refused with the codes above."""
+    return _validate(model, payload, None)

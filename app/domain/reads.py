@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+from collections.abc import Collection
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
@@ -94,9 +95,11 @@ def read_topic(engine: Engine, topic: str, from_offset: int, limit: int,
 
 
 @wraps_db_errors
-def list_topics(engine: Engine, after: str, limit: int) -> dict[str, Any]:
+def list_topics(engine: Engine, after: str, limit: int,
+                only: Collection[str] | None = None) -> dict[str, Any]:
+    """Topics by name; only those in ``only`` (the ones a token may consume) unless None."""
     with engine.connect() as conn:
-        rows = topics.list_topics(conn, after, limit)
+        rows = topics.list_topics(conn, after, limit, only)
     return {"topics": [{"topic": r.topic, "next_offset": r.next_offset} for r in rows],
             "next_after": rows[-1].topic if len(rows) == limit else None}
 

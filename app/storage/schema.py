@@ -10,6 +10,7 @@ Table groups:
 - ``check_log``: one row per check delivered, with its number and result.
 - ``message_log`` and ``topic_offset``: the committed log, with dense per-topic offsets
   (``queue_offset``) handed out from a per-topic counter row inside the commit.
+- ``api_token``: scoped bearer tokens; the secret itself is never stored, only its hash.
 """
 
 from __future__ import annotations
@@ -174,4 +175,16 @@ topic_offset = Table(
     metadata,
     Column("topic", NAME, primary_key=True),
     Column("next_offset", BigInteger, nullable=False),
+)
+
+api_token = Table(
+    "api_token",
+    metadata,
+    Column("id", BigId, primary_key=True, autoincrement=True),
+    Column("token_id", String(32), nullable=False, unique=True),
+    Column("name", String(200), nullable=False),
+    Column("scopes", Text, nullable=False),
+    # hex SHA-256 of the whole token (see app.domain.tokens for why not a slow hash)
+    Column("secret_hash", String(64), nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
 )

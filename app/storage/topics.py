@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 from sqlalchemy import Connection, and_, func, or_, select
 
 from app.storage.reads import MESSAGE_COLUMNS
@@ -46,9 +48,15 @@ def read_topic(conn: Connection, topic: str, from_offset: int, limit: int,
     return list(conn.execute(stmt))
 
 
-def list_topics(conn: Connection, after: str, limit: int) -> list[AnyRow]:
+def list_topics(conn: Connection, after: str, limit: int,
+                only: Collection[str] | None = None) -> list[AnyRow]:
+    """Topics by name after ``after``; only those named in ``only`` unless it is None."""
     stmt = (select(topic_offset).where(topic_offset.c.topic > after)
             .order_by(topic_offset.c.topic).limit(limit))
+    if only is not None:
+        if not only:
+            return []
+        stmt = stmt.where(topic_offset.c.topic.in_(sorted(only)))
     return list(conn.execute(stmt))
 
 

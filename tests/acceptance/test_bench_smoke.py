@@ -51,8 +51,10 @@ def test_quick_bench_reports_every_figure(pg_database: str, tmp_path: Path) -> N
     positive("b_txmsg_send_commit", "per_second")
     positive("c_raw_batch_insert", "per_second")
     positive("d_txmsg_batch_send_commit", "messages_per_second")
+    positive("b_access_control_on", "per_second")
+    positive("d_access_control_on", "messages_per_second")
     for key in ("a_raw_single_insert", "b_txmsg_send_commit", "c_raw_batch_insert",
-                "d_txmsg_batch_send_commit"):
+                "d_txmsg_batch_send_commit", "b_access_control_on", "d_access_control_on"):
         assert r[key]["errors"] == 0, r[key]
     # group commit really grouped: more requests than database transactions
     batches = r["b_txmsg_send_commit"]["group_commit"]
@@ -71,9 +73,11 @@ def test_quick_bench_reports_every_figure(pg_database: str, tmp_path: Path) -> N
     assert c["large"]["checks_delivered"] > 0 and c["large"]["rss_peak"] > 0
     assert c["reference"]["rss_peak"] > 0
     for name in ("b_over_a", "d_over_c", "f_scan_ratio", "commit_p50_ms", "commit_p99_ms",
-                 "serve_rss_max_deviation", "checker_peak_rss_large_over_reference"):
+                 "serve_rss_max_deviation", "checker_peak_rss_large_over_reference",
+                 "access_control_overhead_b", "access_control_overhead_d"):
         assert r["ratios"][name] is not None, name
-    assert set(r["goals"]) >= {"b_over_a", "d_over_c", "f_scan_ratio", "commit_p99_ms"}
+    assert set(r["goals"]) >= {"b_over_a", "d_over_c", "f_scan_ratio", "commit_p99_ms",
+                               "access_control_overhead_b"}
     # the benchmark's own databases are gone
     admin = create_engine(PG_ADMIN_URL)
     with admin.connect() as conn:

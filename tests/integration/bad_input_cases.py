@@ -14,6 +14,7 @@ GROUP = "orders-svc"
 SEND = f"/v1/producer-groups/{GROUP}/transactions"
 TXN = f"/v1/producer-groups/{GROUP}/transactions"
 GROUP_URL = f"/v1/producer-groups/{GROUP}"
+TOKENS = "/v1/tokens"
 MSG = {"topic": "orders", "body": "hello"}
 UNSET: Any = object()
 
@@ -48,6 +49,10 @@ def send(id: str, json: Any, code: str, status: int = 400) -> Any:
 
 def put_group(id: str, json: Any, code: str) -> Any:
     return case(id, "PUT", GROUP_URL, 400, code, json=json)
+
+
+def token(id: str, json: Any, code: str) -> Any:
+    return case(id, "POST", TOKENS, 400, code, json=json)
 
 
 def with_msg(**fields: Any) -> dict[str, Any]:
@@ -238,4 +243,36 @@ CASES = [
     case("txid-path-nul-commit", "POST", f"{TXN}/a%00b/commit", 400, "invalid_transaction_id"),
     case("txid-path-129", "POST", f"{TXN}/{'t' * 129}/rollback", 400, "invalid_transaction_id"),
     case("message-id-nul", "GET", "/v1/messages/a%00b", 400, "invalid_message_id"),
+    # tokens (access control): the body of POST /v1/tokens and the id of DELETE
+    token("token-body-list", ["consume:orders"], "invalid_body_type"),
+    case("token-json-garbage", "POST", TOKENS, 400, "invalid_json", data=b"{name"),
+    token("token-no-name", {"scopes": ["consume:orders"]}, "missing_field"),
+    token("token-no-scopes", {"name": "n"}, "missing_field"),
+    token("token-name-empty", {"name": "", "scopes": ["consume:orders"]}, "invalid_token_name"),
+    token("token-name-blank", {"name": "  ", "scopes": ["consume:orders"]},
+          "invalid_token_name"),
+    token("token-name-201", {"name": "n" * 201, "scopes": ["consume:orders"]},
+          "invalid_token_name"),
+    token("token-name-control", {"name": "a\nb", "scopes": ["consume:orders"]},
+          "invalid_token_name"),
+    token("token-name-int", {"name": 5, "scopes": ["consume:orders"]}, "invalid_type"),
+    token("token-scopes-empty", {"name": "n", "scopes": []}, "invalid_length"),
+    token("token-scopes-101", {"name": "n", "scopes": [f"consume:t{i}" for i in range(101)]},
+          "invalid_length"),
+    token("token-scopes-string", {"name": "n", "scopes": "admin"}, "invalid_type"),
+    token("token-scope-int", {"name": "n", "scopes": [1]}, "invalid_type"),
+    *[token(f"token-scope-{label}", {"name": "n", "scopes": ["consume:orders", scope]},
+            "invalid_scope")
+      for label, scope in (("unknown", "read:orders"), ("no-name", "produce:"),
+                           ("bare", "consume"), ("bad-name", "consume:bad topic"),
+                           ("long-name", f"produce:{'g' * 128}"), ("upper", "ADMIN"),
+                           ("admin-name", "admin:orders"), ("glob", "consume:ord*"),
+                           ("empty", ""))],
+    token("token-unknown-field", {"name": "n", "scopes": ["admin"], "expires": 5},
+          "unknown_field"),
+    case("token-id-malformed", "DELETE", f"{TOKENS}/not-an-id", 400, "invalid_token_id"),
+    case("token-id-upper", "DELETE", f"{TOKENS}/0123456789ABCDEF", 400, "invalid_token_id"),
+    case("token-id-unknown", "DELETE", f"{TOKENS}/0123456789abcdef", 404, "token_not_found"),
+    *[case(f"tokens-{q}", "GET", f"{TOKENS}?{q}", 400, "invalid_query_parameter")
+      for q in ("limit=0", "limit=1001", "after=-1", "after=x")],
 ]

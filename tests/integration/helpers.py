@@ -29,3 +29,13 @@ def row_counts(engine: Engine) -> dict[str, int]:
     with engine.connect() as conn:
         return {t.name: conn.execute(select(func.count()).select_from(t)).scalar_one()
                 for t in metadata.sorted_tables}
+
+
+class FakeClock:
+    """A monotonic clock the test moves (``now``)."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now

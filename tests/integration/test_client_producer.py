@@ -147,3 +147,30 @@ def test_checker_app_answers_the_check_service(harness) -> None:  # noqa: F811
             assert [m["body"] for m in producer.read("orders")["messages"]] == ["order 42"]
     finally:
         server.stop()
+
+
+def test_a_producer_with_a_token_works_against_a_service_with_access_control(
+        database_url: str) -> None:
+    from app.web import create_app
+    from tests.conftest import make_settings
+
+    admin = "client-test-admin-token-0123456789"
+    app = create_app(make_settings(database_url, admin_token=admin))
+    server = LiveServer(app)
+    try:
+        made = requests.post(f"{server.url}/v1/tokens", timeout=10,
+                             headers={"Authorization": f"Bearer {admin}"},
+                             json={"name": "shop", "scopes": ["produce:shop"]}).json()
+        with pytest.raises(TxmsgError) as err:
+            Producer(server.url, "shop").register(["http://127.0.0.1:9/check"])
+        assert (err.value.status, err.value.code) == (401, "unauthenticated")
+        producer = Producer(server.url, "shop", token=made["token"])
+        producer.register(["http://127.0.0.1:9/check"])
+        sent = producer.send(message("orders", "x"))
+        assert producer.commit(sent["transaction_id"])["state"] == "COMMITTED"
+        with pytest.raises(TxmsgError) as err:
+            producer.read("orders")  # producing is not consuming
+        assert (err.value.status, err.value.code) == (403, "forbidden")
+    finally:
+        server.stop()
+        app.extensions["txmsg"].close()

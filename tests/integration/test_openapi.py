@@ -31,7 +31,7 @@ from app.domain.messages import (
 from app.web import create_app
 from tests.callbacks import answer, wait_until
 from tests.conftest import make_settings
-from tests.fuzz import CHECKS, REGISTER, SEED, check_problem, schema
+from tests.fuzz import CHECKS, REGISTER, SEED, check_problem, open_schema
 from tests.integration.checker_harness import Harness, harness, harness_factory  # noqa: F401
 
 HTTP_METHODS = {"get", "put", "post", "delete", "patch", "head", "options", "trace"}
@@ -100,7 +100,7 @@ def test_every_error_response_is_problem_json() -> None:
             # a bad path parameter is a 400 wherever there is one
             if "{" in path:
                 assert "400" in op["responses"], (path, method)
-    assert seen == {"400", "404", "409", "413", "422", "503"}
+    assert seen == {"400", "401", "403", "404", "409", "413", "422", "503"}
     for name in ("RouteNotFound", "MethodNotAllowed", "PayloadTooLarge"):
         assert "application/problem+json" in doc["components"]["responses"][name]["content"]
 
@@ -185,7 +185,7 @@ def fuzz_app(sqlite_app):  # type: ignore[no-untyped-def]
 
 
 @pytest.mark.slow
-@schema.parametrize()
+@open_schema.parametrize()
 @settings(max_examples=40, deadline=None, derandomize=True, database=None,
           suppress_health_check=list(HealthCheck))
 def test_app_conforms_to_its_document(case, fuzz_app) -> None:  # type: ignore[no-untyped-def]

@@ -34,9 +34,15 @@ def check_compose_schema(path: Path) -> subprocess.CompletedProcess[str]:
         capture_output=True, text=True, timeout=120, check=False)
 
 
+ADMIN_TOKEN = "compose-test-admin-token-0123456789"
+
+
 def _interpolate(text: str) -> str:
-    """Compose's ``${VAR:-default}``, with no VAR set."""
-    return re.sub(r"\$\{\w+:-([^}]*)\}", r"\1", text)
+    """Compose's ``${VAR:-default}`` with no VAR set, and its required ``${VAR:?message}``
+    with only TXMSG_ADMIN_TOKEN set."""
+    text = re.sub(r"\$\{\w+:-([^}]*)\}", r"\1", text)
+    return re.sub(r"\$\{(\w+):\?[^}]*\}",
+                  lambda m: ADMIN_TOKEN if m[1] == "TXMSG_ADMIN_TOKEN" else m[0], text)
 
 
 @pytest.fixture(scope="module")
@@ -117,6 +123,22 @@ def test_every_txmsg_service_runs_on_the_contract_settings(
         assert (url.host, url.port, url.database, url.username, url.password) == (
             "db", 5432, db_env["POSTGRES_DB"], db_env["POSTGRES_USER"],
             db_env["POSTGRES_PASSWORD"])
+
+
+def test_the_api_runs_with_access_control_from_a_required_admin_token(
+        txmsg_services: dict[str, dict[str, Any]]) -> None:
+    """The API listens on 0.0.0.0, which `txmsg serve` refuses without access control: its
+    admin token comes from the environment (or .env), with no default in the file, and
+    compose stops with a message if it is unset. Only the API holds it."""
+    raw = COMPOSE.read_text()
+    assert re.search(r"TXMSG_ADMIN_TOKEN: \$\{TXMSG_ADMIN_TOKEN:\?[^}]+\}", raw)
+    assert "TXMSG_ALLOW_UNAUTHENTICATED" not in raw
+    api = txmsg_services["api"]
+    assert api["environment"]["TXMSG_ADMIN_TOKEN"] == ADMIN_TOKEN
+    assert Settings(admin_token=api["environment"]["TXMSG_ADMIN_TOKEN"]).access_control
+    holders = {name for name, service in txmsg_services.items()
+               if "TXMSG_ADMIN_TOKEN" in service["environment"]}
+    assert holders == {"api"}
 
 
 def _instructions() -> list[tuple[str, str]]:

@@ -48,14 +48,16 @@ def message(topic: str, body: str | bytes, *, keys: Iterable[str] = (), tag: str
 
 
 class Producer:
-    """One producer group's client of a txmsg service."""
+    """One producer group's client of a txmsg service; ``token``: a bearer token with the
+    scope ``produce:<group>``, for a service with access control on."""
 
     def __init__(self, base_url: str, group: str, *, timeout: float = 10.0,
-                 session: requests.Session | None = None) -> None:
+                 session: requests.Session | None = None, token: str | None = None) -> None:
         self.base_url = base_url.rstrip("/")
         self.group = group
         self.timeout = timeout
         self._session = session or requests.Session()
+        self._headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._group_path = f"/v1/producer-groups/{quote(group, safe='')}"
 
     def register(self, check_urls: Sequence[str], check_timeout_ms: int = 3000) -> dict[str, Any]:
@@ -150,7 +152,7 @@ class Producer:
 
     def _call(self, method: str, path: str, body: Any = None) -> dict[str, Any]:
         response = self._session.request(method, self.base_url + path, json=body,
-                                         timeout=self.timeout)
+                                         headers=self._headers, timeout=self.timeout)
         if response.status_code >= 400:
             raise error_from(response)
         return response.json() if response.content else {}

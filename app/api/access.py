@@ -1,0 +1,132 @@
+"""Access control at the edge: each route declares what it needs, next to the route.
+
+    @bp.post("")
+    @requires(PRODUCE, "group")      # the scope produce:<the path's group>
+    def send(group): ...
+
+``@public`` routes are open; ``@requires_token`` routes take any valid token and narrow
+what they answer by its scopes (``current_principal()``). While access control is off
+(no ``TXMSG_ADMIN_TOKEN``) every route is open. A route that declares nothing is admin
+only, so a forgotten declaration fails closed. The Flask routes are checked before their
+view runs (``install``); the ASGI front checks its hot routes with the same declarations
+and ``authorize``. The OpenAPI document lists each route's declaration.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from flask import Flask, current_app, g, request
+
+from app.domain.access import ADMIN, UNRESTRICTED, Principal, allows
+from app.domain.tokens import TokenGuard
+from app.errors import Forbidden, Unauthenticated
+
+F = TypeVar("F", bound=Callable[..., Any])
+BEARER = "bearer"  # the OpenAPI security scheme's name
+
+
+@dataclass(frozen=True, slots=True)
+class Access:
+    """What a route needs: nothing (``open``), any valid token (``action`` None), or the
+    scope ``action:<name>`` where the path parameter ``param`` gives the name."""
+
+    open: bool = False
+    action: str | None = None
+    param: str | None = None
+    note: str = ""  # what a token-only route checks itself
+    forbids: bool = True  # whether a valid token may be refused (403)
+
+    @property
+    def required_scope(self) -> str:
+        """The scope as the OpenAPI document names it: ``produce:{group}``."""
+        if self.action is None:
+            return self.note
+        return self.action if self.param is None else f"{self.action}:{{{self.param}}}"
+
+
+OPEN = Access(open=True)
+ADMIN_ONLY = Access(action=ADMIN)
+
+
+def _declare(access: Access) -> Callable[[F], F]:
+    def decorate(view: F) -> F:
+        view.access = access  # type: ignore[attr-defined]
+        return view
+
+    return decorate
+
+
+def public(view: F) -> F:
+    return _declare(OPEN)(view)
+
+
+def requires(action: str, param: str | None = None) -> Callable[[F], F]:
+    return _declare(Access(action=action, param=param))
+
+
+def requires_token(note: str, *, forbids: bool = True) -> Callable[[F], F]:
+    """Any valid token; the view narrows its answer by the token's scopes (``note`` says
+    how, for the document), refusing it (403) unless ``forbids`` is false."""
+    return _declare(Access(note=note, forbids=forbids))
+
+
+def access_of(view: Callable[..., Any]) -> Access | None:
+    """A view's declaration (None: it declares nothing, and is treated as admin only)."""
+    return getattr(view, "access", None)
+
+
+def bearer_token(authorization: str | None) -> str | None:
+    """The token of an ``Authorization: Bearer <token>`` header (RFC 6750), if any."""
+    if not authorization:
+        return None
+    scheme, _, token = authorization.partition(" ")
+    token = token.strip()
+    return token if scheme.lower() == "bearer" and token else None
+
+
+def unauthenticated(token: str | None) -> Unauthenticated:
+    if token is None:
+        return Unauthenticated("this request needs an Authorization: Bearer <token> header",
+                               token_given=False)
+    return Unauthenticated("the bearer token is unknown or revoked", token_given=True)
+
+
+def authorize(access: Access, principal: Principal, params: Mapping[str, Any]) -> None:
+    """Refuse (403) a principal whose scopes do not allow the route's action."""
+    if access.action is None:
+        return
+    name = params.get(access.param) if access.param is not None else None
+    if not allows(principal.scopes, access.action, name):
+        scope = access.action if name is None else f"{access.action}:{name}"
+        raise Forbidden(f"this token does not have the scope {scope[:200]!r}",
+                        required_scope=scope[:200])
+
+
+def current_principal() -> Principal:
+    """Who the current Flask request acts as (everyone is unrestricted while access
+    control is off)."""
+    principal: Principal = g.get("txmsg_principal", UNRESTRICTED)
+    return principal
+
+
+def install(app: Flask) -> None:
+    """Check every Flask route's declaration before its view runs."""
+
+    @app.before_request
+    def _check_access() -> None:
+        guard: TokenGuard = current_app.extensions["txmsg"].guard
+        rule = request.url_rule
+        if not guard.enabled or rule is None:  # no route: Flask answers 404 or 405
+            return
+        access = access_of(current_app.view_functions[rule.endpoint]) or ADMIN_ONLY
+        if access.open:
+            return
+        token = bearer_token(request.headers.get("Authorization"))
+        principal = guard.verify(token) if token is not None else None
+        if principal is None:
+            raise unauthenticated(token)
+        authorize(access, principal, request.view_args or {})
+        g.txmsg_principal = principal

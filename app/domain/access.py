@@ -1,0 +1,60 @@
+"""Scopes and the one function that decides what a token's scopes allow.
+
+A scope is ``admin`` (everything), ``produce:<group>`` (the group's registration and
+transactions) or ``consume:<topic>`` (the topic's messages); ``*`` in place of a name
+means every name.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Collection
+from dataclasses import dataclass
+
+from app.domain.names import NAME_PATTERN
+
+ADMIN = "admin"
+PRODUCE = "produce"
+CONSUME = "consume"
+ANY_NAME = "*"
+ACTIONS = (ADMIN, PRODUCE, CONSUME)
+SCOPE_PATTERN = rf"^(?:{ADMIN}|(?:{PRODUCE}|{CONSUME}):(?:\*|{NAME_PATTERN[1:-1]}))$"
+_SCOPE_RE = re.compile(SCOPE_PATTERN)
+
+
+def is_valid_scope(scope: object) -> bool:
+    return isinstance(scope, str) and _SCOPE_RE.fullmatch(scope) is not None
+
+
+def allows(scopes: Collection[str], action: str, name: str | None = None) -> bool:
+    """Whether ``scopes`` allow ``action`` (admin, produce, consume) on the group or topic
+    ``name``: every access decision of the API comes down to this."""
+    if ADMIN in scopes:
+        return True
+    if action == ADMIN or name is None:
+        return False
+    return f"{action}:{name}" in scopes or f"{action}:{ANY_NAME}" in scopes
+
+
+def names_allowed(scopes: Collection[str], action: str) -> frozenset[str] | None:
+    """The names ``allows(scopes, action, name)`` is true for, as a set to filter a listing
+    by; None when it is true for every name."""
+    if ADMIN in scopes or f"{action}:{ANY_NAME}" in scopes:
+        return None
+    prefix = f"{action}:"
+    return frozenset(s.removeprefix(prefix) for s in scopes if s.startswith(prefix))
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """Who a request acts as: a stored token (``token_id``) or the admin token (None)."""
+
+    token_id: str | None
+    scopes: frozenset[str]
+
+    def may(self, action: str, name: str | None = None) -> bool:
+        return allows(self.scopes, action, name)
+
+
+# the admin token (TXMSG_ADMIN_TOKEN), and every request while access control is off
+UNRESTRICTED = Principal(None, frozenset({ADMIN}))

@@ -1,0 +1,90 @@
+"""`txmsg serve` and access control, as an operator meets it: no open port on a network by
+accident, and tokens working through the real server (Granian, the ASGI front)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import requests
+
+from tests.acceptance.conftest import run_txmsg
+
+ADMIN_TOKEN = "acceptance-admin-token-0123456789"
+AS_ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "::", "192.0.2.7", "example.invalid"])
+def test_serve_refuses_a_non_loopback_address_without_access_control(
+        tmp_path: Path, host: str) -> None:
+    result = run_txmsg(["serve", "--host", host, "--port", "9", "--no-checker"], {}, tmp_path,
+                       timeout=60)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert host in lines[0] and "TXMSG_ADMIN_TOKEN" in lines[0]
+    assert "TXMSG_ALLOW_UNAUTHENTICATED" in lines[0]
+    assert not (tmp_path / "var").exists()  # refused before touching anything
+
+
+def test_serve_refuses_an_admin_token_too_short_to_be_one(tmp_path: Path) -> None:
+    result = run_txmsg(["serve", "--no-checker"], {"TXMSG_ADMIN_TOKEN": "s3cr3t-x"}, tmp_path,
+                       timeout=60)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [(
+        "txmsg: TXMSG_ADMIN_TOKEN: Value error, TXMSG_ADMIN_TOKEN must be at least 16 "
+        "characters, without surrounding whitespace")]
+    assert "s3cr3t-x" not in result.stderr
+
+
+def test_an_explicit_opt_out_serves_open_on_any_address(serve_factory) -> None:  # type: ignore[no-untyped-def]
+    served = serve_factory({"TXMSG_ALLOW_UNAUTHENTICATED": "true"}, "--no-checker",
+                           "--host", "0.0.0.0")
+    assert requests.get(f"{served.url}/v1/topics", timeout=10).status_code == 200
+    assert "access control off" in served.log.read_text()
+
+
+def test_tokens_through_the_served_api(serve_factory) -> None:  # type: ignore[no-untyped-def]
+    """On a non-loopback address, with an admin token: a producer's token sends and
+    commits on the ASGI front's hot routes, a consumer's reads, neither can do the other's
+    work, and a revoked one is refused; no secret reaches the log."""
+    served = serve_factory({"TXMSG_ADMIN_TOKEN": ADMIN_TOKEN}, "--no-checker",
+                           "--host", "0.0.0.0")
+    url, s = served.url, requests.Session()
+    assert "access control on" in served.log.read_text()
+    assert s.get(f"{url}/healthz").status_code == 200
+    r = s.get(f"{url}/v1/topics")
+    assert r.status_code == 401 and r.headers["WWW-Authenticate"] == 'Bearer realm="txmsg"'
+    assert r.headers["Content-Type"] == "application/problem+json"
+
+    def make(*scopes: str) -> dict[str, str]:
+        r = s.post(f"{url}/v1/tokens", json={"name": "t", "scopes": list(scopes)},
+                   headers=AS_ADMIN)
+        assert r.status_code == 201, r.text
+        return r.json()
+
+    producer, consumer = make("produce:shop"), make("consume:orders")
+    as_producer = {"Authorization": f"Bearer {producer['token']}"}
+    as_consumer = {"Authorization": f"Bearer {consumer['token']}"}
+    group = f"{url}/v1/producer-groups/shop"
+    assert s.put(group, json={"check_urls": ["http://127.0.0.1:9/c"]},
+                 headers=as_producer).status_code == 200
+    send = {"transaction_id": "o-1", "topic": "orders", "body": "one"}
+    assert s.post(f"{group}/transactions", json=send).status_code == 401
+    assert s.post(f"{group}/transactions", json=send, headers=as_consumer).status_code == 403
+    assert s.post(f"{group}/transactions", json=send, headers=as_producer).status_code == 201
+    assert s.post(f"{group}/transactions/o-1/commit", headers=as_consumer).status_code == 403
+    assert s.post(f"{group}/transactions/o-1/commit", headers=as_producer).status_code == 200
+    page = s.get(f"{url}/v1/topics/orders/messages", headers=as_consumer).json()
+    assert [m["body"] for m in page["messages"]] == ["one"]
+    assert s.get(f"{url}/v1/topics/orders/messages", headers=as_producer).status_code == 403
+    assert s.delete(f"{url}/v1/tokens/{producer['token_id']}",
+                    headers=AS_ADMIN).status_code == 204
+    # one serve process: the revocation is felt at once (other processes within 5 s)
+    r = s.post(f"{group}/transactions", json={**send, "transaction_id": "o-2"},
+               headers=as_producer)
+    assert r.status_code == 401 and 'error="invalid_token"' in r.headers["WWW-Authenticate"]
+    served.stop()
+    log = served.log.read_text()
+    for secret in (ADMIN_TOKEN, producer["token"], consumer["token"]):
+        assert secret not in log
