@@ -180,8 +180,7 @@ def ingest(output: str, topics: str | None) -> None:
     """One incremental Spark run from the committed views into Parquet under OUTPUT."""
     from spark_outbox.job import main as ingest_main
 
-    topic_list = [t.strip() for t in topics.split(",") if t.strip()] if topics else None
-    sys.exit(ingest_main(_settings(), output, topic_list))
+    sys.exit(ingest_main(_settings(), output, topics))
 
 
 @main.group()

@@ -97,29 +97,33 @@ class OutputDir:
         self._write_json(PENDING, {"ranges": [
             {"topic": r.topic, "start": r.start, "end": r.end} for r in ranges]})
 
+    def staged_files(self) -> list[tuple[str, Path]]:
+        """The data files Spark wrote under staging, with their topic, in name order."""
+        files: list[tuple[str, Path]] = []
+        for topic_dir in _subdirs(self.staging, TOPIC_DIR):
+            topic = unquote(topic_dir.name[len(TOPIC_DIR):])
+            for date_dir in _subdirs(topic_dir, DATE_DIR):
+                files.extend((topic, f) for f in sorted(date_dir.iterdir())
+                             if f.is_file() and f.name.startswith("part-"))
+        return files
+
     def publish(self, ranges: Sequence[TopicRange]) -> int:
         """Move the staged files of ``ranges`` to their final names, durably; how many."""
         by_topic = {r.topic: r for r in ranges}
-        moved = 0
-        touched: set[Path] = set()
-        for topic_dir in _subdirs(self.staging, TOPIC_DIR):
-            topic = unquote(topic_dir.name[len(TOPIC_DIR):])
+        counters: dict[Path, int] = {}
+        for topic, f in self.staged_files():
             if topic not in by_topic:
                 raise IngestError(f"staged data of topic {topic!r}, which this run did not read")
-            r = by_topic[topic]
-            for date_dir in _subdirs(topic_dir, DATE_DIR):
-                target = self.root / topic_dir.name / date_dir.name
-                target.mkdir(parents=True, exist_ok=True)
-                staged = sorted(f for f in date_dir.iterdir()
-                                if f.is_file() and f.name.startswith("part-"))
-                for k, f in enumerate(staged):
-                    _fsync_file(f)
-                    os.replace(f, target / range_file_name(r, k))
-                    moved += 1
-                touched.update((target, target.parent))
-        for d in (*sorted(touched), self.root):
+            # same directory names as staged: topic=T/commit_date=D
+            target = self.root / f.parent.parent.name / f.parent.name
+            target.mkdir(parents=True, exist_ok=True)
+            k = counters.get(target, 0)
+            counters[target] = k + 1
+            _fsync_file(f)
+            os.replace(f, target / range_file_name(by_topic[topic], k))
+        for d in (*sorted({*counters, *(t.parent for t in counters)}), self.root):
             _fsync_dir(d)
-        return moved
+        return sum(counters.values())
 
     def commit(self, ranges: Sequence[TopicRange]) -> None:
         """Move the checkpoint past ``ranges`` (atomically), then forget the pending record."""

@@ -14,7 +14,6 @@ Also runnable with spark-submit (settings from ``TXMSG_*``)::
 from __future__ import annotations
 
 import argparse
-import functools
 import logging
 import os
 import sys
@@ -30,20 +29,30 @@ from pyspark.sql.types import ArrayType, MapType, StringType
 from app.config import Settings
 from spark_outbox.dataset import OutputDir
 from spark_outbox.errors import EXIT_CANNOT_RUN, EXIT_FAILED, IngestError, java_reason
+from spark_outbox.footers import column_range
 from spark_outbox.plan import (
     TopicRange,
     check_requested,
     partitions_for,
     plan_ranges,
     select_topics,
+    split_ranges,
+    split_topics,
 )
-from spark_outbox.schema import OUTPUT_SCHEMA, PARTITION_COLUMNS, RAW_SCHEMA
+from spark_outbox.progress import INTERVAL_SECONDS, Progress
+from spark_outbox.schema import PARTITION_COLUMNS, RAW_SCHEMA
 from spark_outbox.session import build_session, check_java, under_spark_submit
-from spark_outbox.source import SQLITE, WATERMARKS_TABLE, JdbcSource, check_reachable, jdbc_source
+from spark_outbox.source import (
+    SQLITE,
+    WATERMARKS_TABLE,
+    JdbcSource,
+    checked_source,
+    range_predicate,
+)
 
-# rows per parallel JDBC read of one topic's range, and a cap per topic (x default parallelism)
-ROWS_PER_PARTITION = 100_000
-PARTITIONS_PER_CORE = 4
+# rows per parallel JDBC read: a piece this small of a large table is read through the
+# indexes, and its task reports progress when done
+ROWS_PER_PARTITION = 250_000
 MICROS_PER_DAY = 86_400_000_000
 
 Fault = Callable[[str], None]
@@ -58,20 +67,23 @@ class RunReport:
     rows: dict[str, int] = field(default_factory=dict)  # as found in the written files
     recovered: list[TopicRange] = field(default_factory=list)
     seconds: float = 0.0
+    stages: dict[str, float] = field(default_factory=dict)  # seconds per step of the run
 
     @property
     def total(self) -> int:
         return sum(self.rows.values())
 
 
-def main(settings: Settings, output_dir: str, topics: list[str] | None) -> int:
-    """Run one ingestion; the process exit code. Failures are one line on stderr."""
+def main(settings: Settings, output_dir: str, topics: str | None) -> int:
+    """Run one ingestion (``topics``: the ``--topics a,b`` option); the process exit code.
+
+    Failures are one line on stderr.
+    """
     logging.getLogger("py4j").setLevel(logging.WARNING)
     environ = os.environ
     try:
-        source = jdbc_source(settings)
-        check_reachable(source)
-        check_requested(topics)
+        source = checked_source(settings)
+        requested = check_requested(split_topics(topics))
         if not under_spark_submit(environ):
             check_java(environ)
     except IngestError as exc:
@@ -85,7 +97,7 @@ def main(settings: Settings, output_dir: str, topics: list[str] | None) -> int:
          f"(Spark {spark.version}, master {spark.sparkContext.master}, "
          f"started in {time.monotonic() - started:.1f} s)")
     try:
-        report = run(spark, settings, output_dir, topics)
+        report = ingest(spark, source, output_dir, requested)
     except IngestError as exc:
         return _fail(exc)
     except Exception as exc:  # noqa: BLE001 - a Spark or JDBC failure: one line, not a trace
@@ -98,16 +110,26 @@ def main(settings: Settings, output_dir: str, topics: list[str] | None) -> int:
 
 def run(spark: SparkSession, settings: Settings, output_dir: str | Path,
         topics: Sequence[str] | None, *, rows_per_partition: int = ROWS_PER_PARTITION,
-        fault: Fault | None = None) -> RunReport:
+        fault: Fault | None = None, progress_seconds: float = INTERVAL_SECONDS) -> RunReport:
+    """``ingest`` from the database of ``settings``, the topics checked first."""
+    requested = check_requested(topics)
+    return ingest(spark, checked_source(settings), output_dir, requested,
+                  rows_per_partition=rows_per_partition, fault=fault,
+                  progress_seconds=progress_seconds)
+
+
+def ingest(spark: SparkSession, source: JdbcSource, output_dir: str | Path,
+           requested: list[str] | None, *, rows_per_partition: int = ROWS_PER_PARTITION,
+           fault: Fault | None = None, progress_seconds: float = INTERVAL_SECONDS) -> RunReport:
     """Ingest, per topic, exactly what was committed since the last run into ``output_dir``.
 
-    ``fault(stage)`` is called at "staged" (data written, not yet published) and
-    "published" (data durable, checkpoint not yet moved): tests interrupt the run there.
+    One Spark job reads every topic's range and writes it; the written files' footers
+    must then hold each range exactly (rows, lowest and highest offset) before anything
+    is published. ``fault(stage)`` is called at "staged" (data written, not yet
+    published) and "published" (data durable, checkpoint not yet moved): tests
+    interrupt the run there.
     """
     started = time.monotonic()
-    requested = check_requested(topics)
-    source = jdbc_source(settings)
-    check_reachable(source)
     output = OutputDir(output_dir)
     with output.locked():
         recovered = output.recover()
@@ -118,18 +140,27 @@ def run(spark: SparkSession, settings: Settings, output_dir: str | Path,
         selected = select_topics(list(watermarks), requested)
         ranges = plan_ranges(watermarks, output.checkpoint(), selected)
         report = RunReport(source.display, output.root, selected, ranges, recovered=recovered)
+        report.stages["plan"] = time.monotonic() - started
         if ranges:
-            _say(f"  reading {sum(r.rows for r in ranges)} rows of {len(ranges)} topic(s)")
+            total = sum(r.rows for r in ranges)
+            _say(f"  reading {total} rows of {len(ranges)} topic(s)")
             output.begin(ranges)
-            raw = extract(spark, settings, ranges, rows_per_partition=rows_per_partition)
-            load(transform(raw), str(output.staging))
-            report.rows = staged_rows(spark, str(output.staging), ranges)
+            step = time.monotonic()
+            with Progress(spark, total, _say, progress_seconds):
+                raw = extract(spark, source, ranges, rows_per_partition=rows_per_partition)
+                load(transform(raw), str(output.staging))
+            report.stages["read and write"] = time.monotonic() - step
+            step = time.monotonic()
+            report.rows = staged_rows(spark, output, ranges)
+            report.stages["verify"] = time.monotonic() - step
             if fault:
                 fault("staged")
+            step = time.monotonic()
             output.publish(ranges)
             if fault:
                 fault("published")
             output.commit(ranges)
+            report.stages["publish"] = time.monotonic() - step
     report.seconds = time.monotonic() - started
     return report
 
@@ -151,32 +182,19 @@ def read_watermarks(spark: SparkSession, source: JdbcSource) -> dict[str, int]:
     return {r["topic"]: int(r["next_offset"]) for r in rows}
 
 
-def extract(spark: SparkSession, settings: Settings, ranges: Sequence[TopicRange], *,
+def extract(spark: SparkSession, source: JdbcSource, ranges: Sequence[TopicRange], *,
             rows_per_partition: int = ROWS_PER_PARTITION) -> DataFrame:
-    """The committed messages in ``ranges``, as RAW_SCHEMA, read in parallel over offsets."""
-    source = jdbc_source(settings)
-    max_partitions = max(1, spark.sparkContext.defaultParallelism * PARTITIONS_PER_CORE)
-    frames = [
-        _read_range(spark, source, r, partitions_for(r.rows, rows_per_partition, max_partitions))
-        for r in ranges
-    ]
-    df = functools.reduce(DataFrame.unionByName, frames)
+    """The committed messages in ``ranges``, as RAW_SCHEMA: one JDBC source for every topic,
+    read in parallel pieces of nearly equal size (each an exact set of offsets)."""
+    parts = partitions_for(sum(r.rows for r in ranges), rows_per_partition,
+                           spark.sparkContext.defaultParallelism)
+    predicates = [range_predicate(piece) for piece in split_ranges(ranges, parts)]
+    df = (spark.read.options(**source.options())
+          .option("customSchema", source.custom_schema)
+          .jdbc(source.url, source.committed_table, predicates=predicates))
     if source.kind == SQLITE:
         df = df.withColumns({c: F.col(c).cast("timestamp") for c in ("created_at", "committed_at")})
     return df.select(*(F.col(f.name).cast(f.dataType).alias(f.name) for f in RAW_SCHEMA))
-
-
-def _read_range(spark: SparkSession, source: JdbcSource, r: TopicRange,
-                partitions: int) -> DataFrame:
-    reader = (spark.read.format("jdbc").options(**source.options())
-              .option("dbtable", source.committed_range(r.topic, r.start, r.end))
-              .option("customSchema", source.custom_schema))
-    if partitions > 1:
-        # Spark splits [lowerBound, upperBound) into numPartitions offset strides, one
-        # query (and connection) each; the subquery itself bounds the range exactly
-        reader = reader.options(partitionColumn="queue_offset", lowerBound=str(r.start),
-                                upperBound=str(r.end), numPartitions=str(partitions))
-    return reader.load()
 
 
 def transform(df: DataFrame) -> DataFrame:
@@ -193,8 +211,10 @@ def transform(df: DataFrame) -> DataFrame:
 
 
 def _json(column: Column, schema: ArrayType | MapType) -> Column:
-    # FAILFAST: a value that is not the JSON we wrote stops the run instead of becoming null
-    return F.from_json(column, schema, {"mode": "FAILFAST"})
+    # parse_json fails on text that is not JSON, variant_get on JSON of another shape
+    # (whatever spark.sql.ansi.enabled says): a value that is not the JSON we wrote stops
+    # the run instead of becoming null. Cheaper than from_json.
+    return F.variant_get(F.parse_json(column), "$", schema.simpleString())
 
 
 def _utc_date(ts: Column) -> Column:
@@ -203,19 +223,28 @@ def _utc_date(ts: Column) -> Column:
 
 
 def load(df: DataFrame, path: str) -> None:
-    """Parquet under ``path``, hive-partitioned by topic and commit date, offsets in order."""
-    (df.sortWithinPartitions(*PARTITION_COLUMNS, "offset")
-     .write.mode("overwrite").partitionBy(*PARTITION_COLUMNS).parquet(path))
+    """Parquet under ``path``, hive-partitioned by topic and commit date.
+
+    Each task keeps one open file per partition directory it meets (the session's
+    ``spark.sql.maxConcurrentOutputFileWriters``) rather than sorting its rows first.
+    """
+    df.write.mode("overwrite").partitionBy(*PARTITION_COLUMNS).parquet(path)
 
 
-def staged_rows(spark: SparkSession, path: str, ranges: Sequence[TopicRange]) -> dict[str, int]:
-    """Rows per topic as written; each range must be complete (every offset exactly once)."""
-    stats = {
-        r["topic"]: (r["rows"], r["low"], r["high"])
-        for r in spark.read.schema(OUTPUT_SCHEMA).parquet(path).groupBy("topic").agg(
-            F.count("*").alias("rows"), F.min("offset").alias("low"),
-            F.max("offset").alias("high")).collect()
-    }
+def staged_rows(spark: SparkSession, output: OutputDir,
+                ranges: Sequence[TopicRange]) -> dict[str, int]:
+    """Rows per topic as written; each range must be complete (every offset exactly once).
+
+    From the files' footers: rows, lowest and highest offset per topic must be the
+    range's own, which (offsets being distinct within a range read) means every offset
+    of it is there once.
+    """
+    stats: dict[str, tuple[int, int | None, int | None]] = {}
+    for topic, path in output.staged_files():
+        found = column_range(spark, path, "offset")
+        rows, low, high = stats.get(topic, (0, None, None))
+        stats[topic] = (rows + found.rows, _bound(min, low, found.low),
+                        _bound(max, high, found.high))
     counts: dict[str, int] = {}
     for r in ranges:
         rows, low, high = stats.get(r.topic, (0, None, None))
@@ -225,6 +254,10 @@ def staged_rows(spark: SparkSession, path: str, ranges: Sequence[TopicRange]) ->
                 f"the written files hold {rows} (offsets {low}..{high}); nothing was published")
         counts[r.topic] = rows
     return counts
+
+
+def _bound(pick: Callable[[int, int], int], a: int | None, b: int | None) -> int | None:
+    return b if a is None else a if b is None else pick(a, b)
 
 
 def print_report(report: RunReport) -> None:
@@ -239,6 +272,8 @@ def print_report(report: RunReport) -> None:
     if not report.topics:
         _say("  no topics to ingest")
     rate = report.total / report.seconds if report.seconds > 0 else 0.0
+    if report.ranges:
+        _say("  time: " + ", ".join(f"{k} {v:.1f} s" for k, v in report.stages.items()))
     _say(f"txmsg ingest: {report.total:,} rows from {len(report.ranges)} topic(s) in "
          f"{report.seconds:.1f} s ({rate:,.{0 if rate >= 10 else 1}f} rows/s); checkpoint "
          f"{report.output / '_checkpoint.json'}")
@@ -260,8 +295,7 @@ def _submit_main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--output", required=True, help="directory of the Parquet dataset")
     parser.add_argument("--topics", default=None, help="comma-separated topics")
     args = parser.parse_args(argv)
-    topics = [t.strip() for t in args.topics.split(",") if t.strip()] if args.topics else None
-    return main(Settings(), args.output, topics)
+    return main(Settings(), args.output, args.topics)
 
 
 if __name__ == "__main__":

@@ -14,6 +14,9 @@ from dataclasses import dataclass
 from app.domain.names import DISCARD_TOPIC, SYSTEM_TOPIC_PREFIX, is_valid_name
 from spark_outbox.errors import EXIT_CANNOT_RUN, EXIT_FAILED, IngestError
 
+# below this, one more JDBC read (a query, a task, a file per topic) costs more than it saves
+MIN_ROWS_PER_PARTITION = 10_000
+
 
 @dataclass(frozen=True, order=True)
 class TopicRange:
@@ -24,6 +27,12 @@ class TopicRange:
     @property
     def rows(self) -> int:
         return self.end - self.start
+
+
+def split_topics(option: str | None) -> list[str] | None:
+    """The ``--topics a,b`` option as a list; None (every topic) when absent or empty."""
+    topics = [t.strip() for t in option.split(",") if t.strip()] if option else []
+    return topics or None
 
 
 def check_requested(topics: Sequence[str] | None) -> list[str] | None:
@@ -67,6 +76,38 @@ def plan_ranges(watermarks: Mapping[str, int], checkpoint: Mapping[str, int],
     return ranges
 
 
-def partitions_for(rows: int, rows_per_partition: int, max_partitions: int) -> int:
-    """How many parallel JDBC reads a range gets."""
-    return max(1, min(max_partitions, -(-rows // rows_per_partition)))
+def partitions_for(rows: int, rows_per_partition: int, cores: int) -> int:
+    """How many parallel JDBC reads a run of ``rows`` rows gets: one per
+    ``rows_per_partition`` rows, and at least one per core if each gets a fair share."""
+    enough_for_each_core = min(cores, rows // MIN_ROWS_PER_PARTITION)
+    return max(1, -(-rows // rows_per_partition), enough_for_each_core)
+
+
+def split_ranges(ranges: Sequence[TopicRange], parts: int) -> list[list[TopicRange]]:
+    """``ranges`` cut into at most ``parts`` contiguous pieces of nearly equal row counts.
+
+    The ranges are laid end to end and cut at equal distances, so a piece holds a few
+    whole or partial topic ranges and a topic spans as few pieces as its size needs:
+    one read per piece, and few files per topic.
+    """
+    total = sum(r.rows for r in ranges)
+    if total == 0:
+        return []
+    parts = max(1, min(parts, total))
+    pieces: list[list[TopicRange]] = []
+    queue = [r for r in ranges if r.rows > 0]
+    for k in range(parts):
+        # rows [k*total//parts, (k+1)*total//parts) of the laid-out ranges
+        want = (k + 1) * total // parts - k * total // parts
+        piece: list[TopicRange] = []
+        while want > 0:
+            r = queue[0]
+            take = min(want, r.rows)
+            piece.append(TopicRange(r.topic, r.start, r.start + take))
+            want -= take
+            if take == r.rows:
+                queue.pop(0)
+            else:
+                queue[0] = TopicRange(r.topic, r.start + take, r.end)
+        pieces.append(piece)
+    return pieces

@@ -25,6 +25,8 @@ if TYPE_CHECKING:
 
 LOG4J_CONFIG = Path(__file__).resolve().with_name("log4j2.properties")
 MIN_JAVA = 17
+# a read piece spans few topics (see plan.split_ranges); past this many it sorts instead
+MAX_OPEN_FILES_PER_TASK = 16
 
 
 def under_spark_submit(environ: Mapping[str, str]) -> bool:
@@ -65,6 +67,8 @@ def build_session(settings: Settings, environ: Mapping[str, str],
         SparkSession.builder.appName("txmsg-ingest")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.ui.showConsoleProgress", "false")
+        # a task writes each topic's rows to an open file instead of sorting them first
+        .config("spark.sql.maxConcurrentOutputFileWriters", str(MAX_OPEN_FILES_PER_TASK))
     )
     if not under_spark_submit(environ):
         master = settings.spark_master or environ.get("SPARK_MASTER")

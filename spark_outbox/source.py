@@ -7,6 +7,7 @@ and ``topic_watermarks`` (each topic's next offset).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from sqlalchemy.engine import make_url
 
 from app.config import Settings
 from spark_outbox.errors import EXIT_CANNOT_RUN, IngestError
+from spark_outbox.plan import TopicRange
 
 POSTGRESQL = "postgresql"
 SQLITE = "sqlite"
@@ -65,12 +67,19 @@ class JdbcSource:
         return {"url": self.url, "driver": self.driver, "fetchsize": str(FETCH_SIZE),
                 **self.properties}
 
-    def committed_range(self, topic: str, start: int, end: int) -> str:
-        """A ``dbtable`` subquery: the committed messages of ``topic`` with offsets in [start, end)."""
+    @property
+    def committed_table(self) -> str:
+        """A ``dbtable`` subquery: the committed messages, in the columns ``extract`` reads."""
         timestamps = _SQLITE_TIMESTAMPS if self.kind == SQLITE else _POSTGRESQL_TIMESTAMPS
-        return (f"(SELECT {_COLUMNS.format(timestamps=timestamps)} FROM committed_messages "
-                f"WHERE topic = {_literal(topic)} AND queue_offset >= {int(start)} "
-                f"AND queue_offset < {int(end)}) committed_range")
+        return (f"(SELECT {_COLUMNS.format(timestamps=timestamps)} "
+                "FROM committed_messages) committed")
+
+
+def range_predicate(ranges: Sequence[TopicRange]) -> str:
+    """A WHERE condition for exactly the offsets of ``ranges`` (one JDBC read's share)."""
+    return " OR ".join(
+        f"(topic = {_literal(r.topic)} AND queue_offset >= {int(r.start)} "
+        f"AND queue_offset < {int(r.end)})" for r in ranges)
 
 
 def jdbc_source(settings: Settings) -> JdbcSource:
@@ -105,6 +114,13 @@ def jdbc_source(settings: Settings) -> JdbcSource:
                           Path(settings.postgresql_jdbc_jar), display, properties=props)
     raise IngestError(f"txmsg ingest reads PostgreSQL or SQLite, not {backend!r} "
                       f"({display})", EXIT_CANNOT_RUN)
+
+
+def checked_source(settings: Settings) -> JdbcSource:
+    """The run's database, failing early and clearly when its driver jar or file is missing."""
+    source = jdbc_source(settings)
+    check_reachable(source)
+    return source
 
 
 def check_reachable(source: JdbcSource) -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from app.config import Settings
-from spark_outbox.session import LOG4J_CONFIG
+from spark_outbox.session import LOG4J_CONFIG, MAX_OPEN_FILES_PER_TASK
 from tests.spark.helpers import FAST_START_JVM
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
@@ -46,6 +46,7 @@ def spark() -> Iterator[object]:
         .config("spark.default.parallelism", "2")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.maxConcurrentOutputFileWriters", str(MAX_OPEN_FILES_PER_TASK))
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.jars", f"{settings.postgresql_jdbc_jar},{settings.sqlite_jdbc_jar}")
         .config("spark.driver.extraJavaOptions",

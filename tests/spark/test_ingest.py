@@ -15,7 +15,7 @@ from app.vocabulary import Op
 from spark_outbox import show
 from spark_outbox.dataset import OutputDir
 from spark_outbox.errors import EXIT_CANNOT_RUN, IngestError
-from spark_outbox.job import run
+from spark_outbox.job import run, staged_rows
 from spark_outbox.plan import TopicRange
 from tests.conftest import free_port, make_settings
 from tests.spark.helpers import (
@@ -210,3 +210,47 @@ def test_topic_names_that_look_like_numbers_or_need_escaping_round_trip(
     assertDataFrameEqual(show.read(spark, str(out)).select("topic", "offset", "body"),
                          [Row(topic="007", offset=0, body="x"),
                           Row(topic="a%b|c", offset=0, body="y")])
+
+
+def test_one_spark_job_reads_and_writes_every_topic_and_footers_verify_it(
+        spark, client, settings: Settings, tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    register(client)
+    send(client, "tx-1", *[{"topic": t, "body": f"{t}{i}"} for t in ("a", "b", "c")
+                           for i in range(5)])
+    commit(client, "tx-1")
+    tracker = spark.sparkContext.statusTracker()
+    group = f"one-run-{tmp_path.name}"  # job groups outlive a test in the shared session
+    spark.sparkContext.setJobGroup(group, "one ingestion run")
+    try:
+        report = run(spark, settings, tmp_path / "lake", None, rows_per_partition=4,
+                     progress_seconds=0.01)
+    finally:
+        spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
+
+    assert report.rows == {"a": 5, "b": 5, "c": 5}
+    # the watermarks, then one job for every topic; nothing read back to verify
+    assert len(tracker.getJobIdsForGroup(group)) == 2
+    assert set(report.stages) == {"plan", "read and write", "verify", "publish"}
+    progress = [line for line in capsys.readouterr().out.splitlines() if "rows read" in line]
+    assert progress and all(" of 15 rows read and written (" in line for line in progress)
+
+
+def test_files_that_miss_an_offset_are_not_published(spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    output = OutputDir(tmp_path)
+    rows = [(o, "orders") for o in (0, 1, 3)] + [(o, "payments") for o in (0, 1)]
+    (spark.createDataFrame(rows, "offset long, topic string")
+     .repartition(2).write.partitionBy("topic").parquet(str(output.staging / "x")))
+    # the layout Spark gives a run: staging/topic=T/commit_date=D/part-...
+    for topic_dir in (output.staging / "x").glob("topic=*"):
+        day = output.staging / topic_dir.name / "commit_date=2026-11-23"
+        day.mkdir(parents=True)
+        for f in topic_dir.glob("part-*"):
+            f.rename(day / f.name)
+
+    assert staged_rows(spark, output, [TopicRange("payments", 0, 2)]) == {"payments": 2}
+    with pytest.raises(IngestError, match=r"topic orders: offsets \[0, 4\) should give 4 rows, "
+                       r"the written files hold 3 \(offsets 0..3\); nothing was published"):
+        staged_rows(spark, output, [TopicRange("orders", 0, 4), TopicRange("payments", 0, 2)])
+    with pytest.raises(IngestError, match="should give 3 rows, the written files hold 3 "
+                       r"\(offsets 0..3\)"):
+        staged_rows(spark, output, [TopicRange("orders", 0, 3)])

@@ -15,8 +15,10 @@ from spark_outbox.plan import (
     partitions_for,
     plan_ranges,
     select_topics,
+    split_ranges,
+    split_topics,
 )
-from spark_outbox.source import jdbc_source
+from spark_outbox.source import jdbc_source, range_predicate
 from tests.conftest import make_settings
 
 
@@ -51,8 +53,42 @@ def test_a_checkpoint_ahead_of_the_database_stops_the_run() -> None:
     assert err.value.exit_code == EXIT_FAILED
 
 
-def test_partitions_per_range() -> None:
-    assert [partitions_for(n, 100, 8) for n in (1, 100, 101, 250, 10_000)] == [1, 1, 2, 3, 8]
+def test_partitions_per_run() -> None:
+    assert [partitions_for(n, 100, 8) for n in (1, 100, 101, 250, 10_000)] == [
+        1, 1, 2, 3, 100]
+    # a core each once the rows make it worth a query each; no more
+    assert [partitions_for(n, 1_000_000, 4) for n in (0, 9_999, 25_000, 100_000)] == [
+        1, 1, 2, 4]
+
+
+def test_the_topics_option_is_split_on_commas() -> None:
+    assert split_topics("orders, payments,,") == ["orders", "payments"]
+    assert split_topics(None) is None and split_topics("") is None and split_topics(" , ") is None
+
+
+def test_ranges_are_cut_into_contiguous_pieces_of_nearly_equal_size() -> None:
+    ranges = [TopicRange("a", 10, 17), TopicRange("b", 0, 2), TopicRange("c", 5, 6)]
+
+    pieces = split_ranges(ranges, 3)
+
+    assert pieces == [
+        [TopicRange("a", 10, 13)],
+        [TopicRange("a", 13, 16)],
+        [TopicRange("a", 16, 17), TopicRange("b", 0, 2), TopicRange("c", 5, 6)],
+    ]
+    assert split_ranges(ranges, 1) == [ranges]
+    # never more pieces than rows, and every offset in exactly one piece
+    many = split_ranges(ranges, 50)
+    assert len(many) == 10 and all(sum(r.rows for r in p) == 1 for p in many)
+    assert sorted((r.topic, r.start) for p in many for r in p) == sorted(
+        (r.topic, o) for r in ranges for o in range(r.start, r.end))
+    assert split_ranges([], 4) == []
+
+
+def test_a_piece_is_read_with_one_condition_per_range() -> None:
+    assert range_predicate([TopicRange("a", 16, 17), TopicRange("it's", 0, 2)]) == (
+        "(topic = 'a' AND queue_offset >= 16 AND queue_offset < 17) OR "
+        "(topic = 'it''s' AND queue_offset >= 0 AND queue_offset < 2)")
 
 
 def test_database_urls_become_jdbc(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -85,3 +85,13 @@ def test_transform_refuses_keys_that_are_not_json(spark) -> None:  # type: ignor
     ], RAW)
     with pytest.raises(Exception, match="MALFORMED_RECORD_IN_PARSING"):
         transform(raw).collect()
+
+
+@pytest.mark.parametrize("column, value", [("keys", '{"k": "v"}'), ("properties", '["a"]')])
+def test_transform_refuses_json_of_another_shape(spark, column: str, value: str) -> None:  # type: ignore[no-untyped-def]
+    row = {"keys": "[]", "properties": "{}", column: value}
+    raw = spark.createDataFrame([
+        ("orders", 0, "M1", "tx-1", "g", row["keys"], None, row["properties"], "x", b"x", T0, T0),
+    ], RAW)
+    with pytest.raises(Exception, match="INVALID_VARIANT_CAST"):
+        transform(raw).collect()
