@@ -1,48 +1,70 @@
-"""Benchmark: `txmsg ingest` (Spark JDBC → Parquet) of N committed messages, against a
-plain ``COPY (SELECT … FROM committed_messages) TO STDOUT`` of the same rows.
+"""Benchmark: `txmsg ingest` against a plain Spark JDBC job and ``COPY``, on the same rows.
 
-The messages are generated in SQL, consistently with the schema (producer group, committed
-transactions with their op log rows, half messages, committed log, topic counters), in a
-database of their own on the PostgreSQL server, dropped at the end::
+N committed messages in 4 topics are generated in SQL, consistently with the schema
+(producer group, committed transactions with their op log rows, half messages,
+committed log, topic counters), in a database of their own on the PostgreSQL server,
+dropped at the end. Then, in interleaved rounds (medians reported, since the machine's
+load drifts), each a process of its own as a user runs it:
 
-    python -m bench.ingest [--rows 1000000] [--database-url postgresql://postgres@127.0.0.1/postgres]
+- ``txmsg ingest --output DIR`` into a fresh directory;
+- ``bench.plain_spark``: the same rows through Spark's JDBC source into Parquet by hand;
+- ``COPY (SELECT * FROM committed_messages) TO STDOUT`` into this process.
+
+Wall time (Spark's start included), peak RSS of the process tree (Python and the JVM),
+output size; finally an incremental run: ``--incremental`` new rows committed, then
+``txmsg ingest`` again on the last round's output::
+
+    python -m bench.ingest [--rows 1000000] [--rounds 3] [--database-url postgresql://...]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
+import re
 import shutil
+import statistics
+import subprocess
+import sys
 import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 import psycopg
 
-from app.config import Settings
-from bench.pgdb import bench_database, libpq_url
-from spark_outbox.job import print_report
-from spark_outbox.job import run as ingest_run
-from spark_outbox.session import build_session
-from spark_outbox.source import jdbc_source
+from bench.pgdb import bench_database, clean_env, libpq_url, txmsg_command
+from bench.procs import Sampler
 
 TOPICS = 4  # message g goes to topic (g-1) % TOPICS, at offset (g-1) // TOPICS: dense
 PER_TXN = 4  # messages per transaction
+PLAIN_PARTITIONS = 4
 
-GENERATE = """
+GENERATE_GROUP = """
 INSERT INTO producer_group (name, check_urls, check_timeout_ms, created_at, updated_at)
-VALUES ('bench', '["http://127.0.0.1:9/check"]', 3000, now(), now());
+VALUES ('bench', '["http://127.0.0.1:9/check"]', 3000, now(), now())
+"""
+
+# messages first+1 .. first+rows (first a multiple of PER_TXN)
+GENERATE_ROWS = """
+-- the rows are consistent by construction: skip the per-row foreign key triggers (superuser only)
+DO $$ BEGIN
+  IF current_setting('is_superuser') = 'on' THEN
+    PERFORM set_config('session_replication_role', 'replica', true);
+  END IF;
+END $$;
 
 INSERT INTO txn (id, producer_group, transaction_id, state, fingerprint, message_count,
                  check_url, check_immunity_seconds, check_times, next_check_at, created_at,
                  resolved_at)
-SELECT t, 'bench', 'tx-' || t, 'COMMITTED', md5(t::text), LEAST({per_txn}, {rows} - (t - 1) * {per_txn}),
+SELECT t, 'bench', 'tx-' || t, 'COMMITTED', md5(t::text),
+       LEAST({per_txn}, {last} - (t - 1) * {per_txn}),
        NULL, 0, 0, now(), now() - interval '1 second', now()
-FROM generate_series(1, ({rows} + {per_txn} - 1) / {per_txn}) t;
+FROM generate_series({first} / {per_txn} + 1, ({last} + {per_txn} - 1) / {per_txn}) t;
 
 INSERT INTO op_log (txn_id, op, source, check_times, created_at)
-SELECT t, 'COMMIT', 'api', 0, now() FROM generate_series(1, ({rows} + {per_txn} - 1) / {per_txn}) t;
+SELECT t, 'COMMIT', 'api', 0, now()
+FROM generate_series({first} / {per_txn} + 1, ({last} + {per_txn} - 1) / {per_txn}) t;
 
 INSERT INTO half_message (id, message_id, txn_id, seq, topic, tag, keys, properties, body,
                           body_is_text, created_at)
@@ -51,98 +73,194 @@ SELECT g, upper(md5(g::text)), (g - 1) / {per_txn} + 1, (g - 1) % {per_txn},
        '["k-' || g || '"]', '{{"n":"' || g || '"}}',
        convert_to(repeat('message body ', 8) || g, 'UTF8'), g % 10 <> 0,
        now() - interval '1 second'
-FROM generate_series(1, {rows}) g;
+FROM generate_series({first} + 1, {last}) g;
 
 INSERT INTO message_log (topic, queue_offset, half_message_id, properties, committed_at)
 SELECT 'bench-' || ((g - 1) % {topics}), (g - 1) / {topics}, g, NULL, now()
-FROM generate_series(1, {rows}) g;
+FROM generate_series({first} + 1, {last}) g;
 
 INSERT INTO topic_offset (topic, next_offset)
-SELECT topic, count(*) FROM message_log GROUP BY topic;
+SELECT 'bench-' || k, ({last} - k + {topics} - 1) / {topics}
+FROM generate_series(0, {topics} - 1) k
+ON CONFLICT (topic) DO UPDATE SET next_offset = EXCLUDED.next_offset;
 
-SELECT setval(pg_get_serial_sequence('txn', 'id'), (SELECT max(id) FROM txn));
-SELECT setval(pg_get_serial_sequence('half_message', 'id'), (SELECT max(id) FROM half_message));
+SELECT setval(pg_get_serial_sequence('txn', 'id'), ({last} + {per_txn} - 1) / {per_txn});
+SELECT setval(pg_get_serial_sequence('half_message', 'id'), {last});
 """
 
 COPY = "COPY (SELECT * FROM committed_messages WHERE topic LIKE 'bench-%') TO STDOUT"
 
 
-def generate(url: str, rows: int) -> float:
-    """Insert ``rows`` committed messages; seconds taken."""
+def generate(url: str, rows: int, first: int = 0) -> float:
+    """Commit messages ``first+1 .. first+rows``; seconds taken."""
     started = time.perf_counter()
     with psycopg.connect(libpq_url(url)) as conn:
-        conn.execute(GENERATE.format(rows=rows, per_txn=PER_TXN, topics=TOPICS))
+        if first == 0:
+            conn.execute(GENERATE_GROUP)
+        conn.execute(GENERATE_ROWS.format(first=first, last=first + rows, per_txn=PER_TXN,
+                                          topics=TOPICS))
         conn.commit()
-    with psycopg.connect(libpq_url(url), autocommit=True) as conn:
-        conn.execute("VACUUM ANALYZE")
+    if first == 0:
+        with psycopg.connect(libpq_url(url), autocommit=True) as conn:
+            conn.execute("VACUUM ANALYZE")
     return time.perf_counter() - started
 
 
-def copy_out(url: str) -> tuple[float, int, int]:
-    """COPY the committed rows to this process: (seconds, rows, bytes)."""
+def copy_out(url: str) -> dict[str, Any]:
+    """COPY the committed rows to this process."""
     started = time.perf_counter()
     size = lines = 0
     with psycopg.connect(libpq_url(url)) as conn, conn.cursor() as cur, cur.copy(COPY) as copy:
         for block in copy:
             size += len(block)
             lines += bytes(block).count(b"\n")
-    return time.perf_counter() - started, lines, size
+    return {"seconds": time.perf_counter() - started, "rows": lines, "bytes": size}
 
 
-def run(database_url: str | None = None, rows: int = 1_000_000) -> dict[str, Any]:
+def _timed(command: list[str], env: dict[str, str], label: str) -> dict[str, Any]:
+    """Run ``command``, echoing its output on stderr; wall time, peak RSS and stdout."""
+    started = time.perf_counter()
+    proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+    out: list[str] = []
+    with Sampler(proc.pid, interval=0.25) as sampler:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            out.append(line)
+            print(f"   [{label}] {line.rstrip()}", file=sys.stderr, flush=True)
+        proc.wait()
+    if proc.returncode != 0:
+        raise RuntimeError(f"{label} failed ({proc.returncode}): {''.join(out[-5:])}")
+    peak = max((s["rss"] for s in sampler.samples), default=0)
+    return {"seconds": time.perf_counter() - started, "peak_rss_bytes": peak,
+            "output": "".join(out)}
+
+
+def ingest_once(url: str, out: Path) -> dict[str, Any]:
+    """``txmsg ingest --output out``, as a user runs it."""
+    done = _timed([*txmsg_command(), "ingest", "--output", str(out)],
+                  clean_env(TXMSG_DATABASE_URL=url), "txmsg ingest")
+    text = done.pop("output")
+    total = re.search(r"txmsg ingest: ([\d,]+) rows from \d+ topic\(s\) in ([\d.]+) s", text)
+    started = re.search(r"started in ([\d.]+) s", text)
+    stages = re.search(r"^  time: (.*)$", text, re.MULTILINE)
+    if not total or not started:
+        raise RuntimeError(f"unexpected txmsg ingest output: {text[-500:]}")
+    steps = re.findall(r"([a-z ]+) ([\d.]+) s", stages.group(1)) if stages else []
+    return {**done, "rows": int(total.group(1).replace(",", "")),
+            "run_seconds": float(total.group(2)),
+            "spark_startup_seconds": float(started.group(1)),
+            "stages": {k.strip(): float(v) for k, v in steps}, "output_bytes": _size(out)}
+
+
+def plain_once(url: str, out: Path, upper_bound: int) -> dict[str, Any]:
+    """The hand-written Spark job of ``bench.plain_spark`` on the same rows."""
+    done = _timed([sys.executable, "-m", "bench.plain_spark", "--database-url", url,
+                   "--output", str(out), "--upper-bound", str(upper_bound),
+                   "--partitions", str(PLAIN_PARTITIONS)], clean_env(), "plain Spark job")
+    timings = json.loads(done.pop("output").strip().splitlines()[-1])
+    return {**done, "spark_startup_seconds": timings["startup_seconds"],
+            "job_seconds": timings["job_seconds"], "output_bytes": _size(out)}
+
+
+def _size(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*.parquet"))
+
+
+def _median(runs: list[dict[str, Any]], key: str) -> float:
+    return statistics.median(r[key] for r in runs)
+
+
+def run(database_url: str | None = None, rows: int = 1_000_000, rounds: int = 3,
+        incremental: int = 1_000) -> dict[str, Any]:
     """Generate ``rows`` committed messages on the PostgreSQL server of ``database_url``
-    (an admin URL; default TXMSG_BENCH_PG_URL or the local server), then time COPY and
-    one Spark ingestion of them. The figures, as a dict."""
-    out_dir = tempfile.mkdtemp(prefix="txmsg-bench-ingest-")
+    (an admin URL; default TXMSG_BENCH_PG_URL or the local server), then time, in
+    ``rounds`` interleaved rounds, `txmsg ingest`, the plain Spark job and COPY; then an
+    incremental run of ``incremental`` new rows. The figures, as a dict."""
+    if rows % PER_TXN or rows < 1:
+        raise ValueError(f"rows must be a positive multiple of {PER_TXN}")
+    work = Path(tempfile.mkdtemp(prefix="txmsg-bench-ingest-"))
+    ingests: list[dict[str, Any]] = []
+    plains: list[dict[str, Any]] = []
+    copies: list[dict[str, Any]] = []
     try:
         with bench_database(database_url) as url:
             generated = generate(url, rows)
-            print(f"generated {rows:,} committed messages in {generated:.1f} s", flush=True)
-            copy_first, copied, size = copy_out(url)
-            settings = Settings(database_url=url)
-            started = time.perf_counter()
-            spark = build_session(settings, os.environ, [str(jdbc_source(settings).jar)])
-            startup = time.perf_counter() - started
-            try:
-                cores = spark.sparkContext.defaultParallelism
-                report = ingest_run(spark, settings, out_dir, None)
-                print_report(report)
-            finally:
-                spark.stop()
-            copy_second, _, _ = copy_out(url)
+            print(f"generated {rows:,} committed messages in {generated:.1f} s",
+                  file=sys.stderr, flush=True)
+            upper = -(-rows // TOPICS)
+            for k in range(rounds):
+                for d in work.iterdir():
+                    shutil.rmtree(d)
+                ingests.append(ingest_once(url, work / f"lake-{k}"))
+                plains.append(plain_once(url, work / f"plain-{k}", upper))
+                copies.append(copy_out(url))
+            generate(url, incremental, first=rows)
+            again = ingest_once(url, work / f"lake-{rounds - 1}")
     finally:
-        shutil.rmtree(out_dir, ignore_errors=True)
-    if copied != rows or report.total != rows:
-        raise RuntimeError(f"expected {rows} rows: COPY gave {copied}, ingest {report.total}")
-    copy_seconds = min(copy_first, copy_second)
+        shutil.rmtree(work, ignore_errors=True)
+    for name, got in [("txmsg ingest", [r["rows"] for r in ingests]),
+                      ("COPY", [c["rows"] for c in copies]), ("incremental", [again["rows"]])]:
+        want = incremental if name == "incremental" else rows
+        if any(n != want for n in got):
+            raise RuntimeError(f"{name} gave {got} rows, expected {want}")
+    ingest_s, plain_s = _median(ingests, "seconds"), _median(plains, "seconds")
+    copy_s = _median(copies, "seconds")
     result = {
-        "rows": rows,
-        "topics": TOPICS,
-        "spark_cores": cores,
-        "spark_startup_seconds": round(startup, 2),
-        "ingest_seconds": round(report.seconds, 2),
-        "ingest_rows_per_second": round(rows / report.seconds),
-        "copy_seconds": round(copy_seconds, 2),
-        "copy_rows_per_second": round(rows / copy_seconds),
-        "copy_megabytes": round(size / 1e6, 1),
-        "ingest_over_copy": round(report.seconds / copy_seconds, 2),
+        "rows": rows, "topics": TOPICS, "rounds": rounds,
+        "ingest_seconds": round(ingest_s, 2),
+        "ingest_rows_per_second": round(rows / ingest_s),
+        "ingest_spark_startup_seconds": round(_median(ingests, "spark_startup_seconds"), 2),
+        "ingest_stages_seconds": {k: round(statistics.median(r["stages"].get(k, 0.0)
+                                                             for r in ingests), 2)
+                                  for k in ingests[0]["stages"]},
+        "ingest_peak_rss_bytes": max(r["peak_rss_bytes"] for r in ingests),
+        "ingest_output_bytes": ingests[-1]["output_bytes"],
+        "plain_spark_seconds": round(plain_s, 2),
+        "plain_spark_startup_seconds": round(_median(plains, "spark_startup_seconds"), 2),
+        "plain_spark_peak_rss_bytes": max(r["peak_rss_bytes"] for r in plains),
+        "plain_spark_output_bytes": plains[-1]["output_bytes"],
+        "copy_seconds": round(copy_s, 2),
+        "copy_megabytes": round(copies[-1]["bytes"] / 1e6, 1),
+        # each round's ratio, then their median: both ran under the same load in a round
+        "ingest_over_plain_spark": round(statistics.median(
+            i["seconds"] / p["seconds"] for i, p in zip(ingests, plains, strict=True)), 3),
+        "ingest_over_copy": round(ingest_s / copy_s, 2),
+        "rounds_seconds": {"ingest": [round(r["seconds"], 1) for r in ingests],
+                           "plain_spark": [round(r["seconds"], 1) for r in plains],
+                           "copy": [round(c["seconds"], 1) for c in copies]},
+        "incremental": {"rows": incremental, "seconds": round(again["seconds"], 2),
+                        "spark_startup_seconds": round(again["spark_startup_seconds"], 2),
+                        "run_seconds": round(again["run_seconds"], 2)},
     }
-    print(f"ingest (Spark JDBC -> Parquet, {cores} cores): {rows:,} rows in "
-          f"{report.seconds:.1f} s = {rows / report.seconds:,.0f} rows/s "
-          f"(+ {startup:.1f} s Spark startup)")
-    print(f"COPY (committed_messages) TO STDOUT:   {rows:,} rows in "
-          f"{copy_seconds:.1f} s = {rows / copy_seconds:,.0f} rows/s ({size / 1e6:,.0f} MB)")
-    print(f"ingest / COPY = {report.seconds / copy_seconds:.2f}x the time", flush=True)
+    print(f"{rows:,} rows, medians of {rounds} interleaved rounds, wall time with Spark's "
+          f"start:\n"
+          f"  txmsg ingest     {ingest_s:7.1f} s  {rows / ingest_s:>10,.0f} rows/s  "
+          f"peak RSS {result['ingest_peak_rss_bytes'] / 2**20:,.0f} MiB  "
+          f"Parquet {result['ingest_output_bytes'] / 1e6:,.0f} MB\n"
+          f"  plain Spark job  {plain_s:7.1f} s  {rows / plain_s:>10,.0f} rows/s  "
+          f"peak RSS {result['plain_spark_peak_rss_bytes'] / 2**20:,.0f} MiB  "
+          f"Parquet {result['plain_spark_output_bytes'] / 1e6:,.0f} MB\n"
+          f"  COPY TO STDOUT   {copy_s:7.1f} s  {rows / copy_s:>10,.0f} rows/s\n"
+          f"  ingest / plain Spark job = {result['ingest_over_plain_spark']:.2f}x "
+          f"(median of the rounds' ratios), "
+          f"ingest / COPY = {ingest_s / copy_s:.2f}x\n"
+          f"  incremental: {incremental:,} new rows in {again['seconds']:.1f} s "
+          f"(Spark's start {again['spark_startup_seconds']:.1f} s of it)", flush=True)
     return result
 
 
 def _main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--incremental", type=int, default=1_000,
+                        help="new rows for the incremental run at the end")
     parser.add_argument("--database-url", default=None,
                         help="PostgreSQL admin URL (default: TXMSG_BENCH_PG_URL or local)")
     args = parser.parse_args()
-    print(json.dumps(run(args.database_url, args.rows), indent=1))
+    print(json.dumps(run(args.database_url, args.rows, args.rounds, args.incremental),
+                     indent=1))
 
 
 if __name__ == "__main__":

@@ -45,7 +45,7 @@ CLIENTS = 32
 
 GOALS = {"b_over_a": (">=", 0.25), "d_over_c": (">=", 0.3), "f_scan_ratio": ("<=", 1.5),
          "commit_p99_ms": ("<=", 25.0), "serve_rss_max_deviation": ("<=", 0.2),
-         "access_control_overhead_b": ("<=", 0.05)}
+         "access_control_overhead_b": ("<=", 0.05), "ingest_over_plain_spark": ("<=", 1.1)}
 
 
 @dataclass(frozen=True)
@@ -63,13 +63,15 @@ class Plan:
     checker_reference_backlog: int = 1_000
     checker_seconds: float = 60.0
     ingest_rows: int = 1_000_000
+    ingest_rounds: int = 3         # of txmsg ingest / plain Spark job / COPY, interleaved
     compare_gunicorn: bool = False
     quick: bool = False
 
 
 QUICK = Plan(seconds=1.5, warmup=0.5, rounds=1, paced_seconds=3.0, due_resolved=20_000,
              due_pending=1_000, due_repeats=10, checker_backlog=2_000,
-             checker_reference_backlog=200, checker_seconds=3.0, ingest_rows=1_000, quick=True)
+             checker_reference_backlog=200, checker_seconds=3.0, ingest_rows=1_000, ingest_rounds=1,
+             quick=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -190,7 +192,8 @@ def _phases(plan: Plan, admin: str, db: str, results: dict[str, Any]) -> None:
         from bench import ingest  # written by the ingestion side
 
         # it makes a database of its own on the same server
-        phase("ingest", lambda: ingest.run(database_url=admin, rows=plan.ingest_rows))
+        phase("ingest", lambda: ingest.run(database_url=admin, rows=plan.ingest_rows,
+                                           rounds=plan.ingest_rounds))
 
 
 def _throughput_rounds(plan: Plan, throughput: dict[str, tuple[str, Callable[[], Any]]],
@@ -291,6 +294,8 @@ def _ratios(r: dict[str, Any]) -> dict[str, Any]:
         "access_control_service_cpu_overhead_b": _overhead(
             _get(r, "b_txmsg_send_commit", "cpu_ms_per_unit", "service"),
             _get(r, "b_access_control_on", "cpu_ms_per_unit", "service"), inverse=True),
+        "ingest_over_plain_spark": _get(r, "ingest", "ingest_over_plain_spark"),
+        "ingest_over_copy": _get(r, "ingest", "ingest_over_copy"),
     }
 
 
@@ -344,6 +349,12 @@ def _summary(r: dict[str, Any], out_path: Path) -> None:
         ("(f) due scan ms, pending only / with resolved",
          (f"{_get(r, 'f_due_scan', 'pending_only', 'median_ms')} / "
          f"{_get(r, 'f_due_scan', 'with_resolved', 'median_ms')}")),
+        ("ingest s: txmsg ingest / plain Spark / COPY",
+         (f"{_get(r, 'ingest', 'ingest_seconds')} / {_get(r, 'ingest', 'plain_spark_seconds')}"
+          f" / {_get(r, 'ingest', 'copy_seconds')}")),
+        ("ingest over plain Spark job / over COPY",
+         (f"{_get(r, 'ingest', 'ingest_over_plain_spark')} / "
+          f"{_get(r, 'ingest', 'ingest_over_copy')}")),
     ]
     for label, value in rows:
         print(f"  {label:46s} {value}")

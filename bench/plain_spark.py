@@ -1,0 +1,60 @@
+"""The reference for `txmsg ingest`: the JDBC → Parquet job a data engineer writes by hand.
+
+One Spark JDBC read of the whole ``committed_messages`` view, split on ``queue_offset``
+into ``--partitions`` strides, ``fetchsize`` 10000, written with
+``partitionBy("topic")``: no checkpoint, no parsing of keys and properties (they stay
+JSON text), no verification, Spark's default settings. Prints its timings as JSON::
+
+    python -m bench.plain_spark --database-url URL --output DIR --upper-bound N
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import time
+
+from app.config import Settings
+from spark_outbox.session import LOG4J_CONFIG
+from spark_outbox.source import jdbc_source
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--database-url", required=True, help="SQLAlchemy URL of PostgreSQL")
+    parser.add_argument("--output", required=True)
+    parser.add_argument("--upper-bound", type=int, required=True,
+                        help="the largest topic's next offset")
+    parser.add_argument("--partitions", type=int, default=4)
+    args = parser.parse_args()
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+    source = jdbc_source(Settings(database_url=args.database_url))
+    started = time.perf_counter()
+
+    from pyspark.sql import SparkSession
+
+    spark = (SparkSession.builder.appName("plain-jdbc-to-parquet")
+             .config("spark.jars", str(source.jar))
+             .config("spark.ui.enabled", "false")
+             .config("spark.ui.showConsoleProgress", "false")
+             .config("spark.driver.extraJavaOptions",
+                     f"-Dlog4j2.configurationFile={LOG4J_CONFIG}")
+             .getOrCreate())
+    startup = time.perf_counter() - started
+    try:
+        (spark.read.format("jdbc").options(**source.options())
+         .option("dbtable", "committed_messages")
+         .option("partitionColumn", "queue_offset").option("lowerBound", "0")
+         .option("upperBound", str(args.upper_bound))
+         .option("numPartitions", str(args.partitions))
+         .load()
+         .write.mode("overwrite").partitionBy("topic").parquet(args.output))
+    finally:
+        spark.stop()
+    print(json.dumps({"startup_seconds": startup,
+                      "job_seconds": time.perf_counter() - started - startup}))
+
+
+if __name__ == "__main__":
+    main()
