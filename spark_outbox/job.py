@@ -1,8 +1,9 @@
 """`txmsg ingest`: one incremental Spark run from the committed views into Parquet.
 
-``main`` builds the SparkSession, then ``run``: plan the offset ranges, ``extract``
-(Spark's JDBC source, parallel reads over offset ranges), ``transform`` (pure: the
-Parquet columns), ``load`` (hive-partitioned Parquet), publish and checkpoint.
+``main`` builds the SparkSession, then ``ingest``: plan the offset ranges, ``extract``
+(one Spark JDBC source for every topic, read in pieces of exact offsets), ``transform``
+(pure: the Parquet columns), ``load`` (hive-partitioned Parquet), verify the files'
+footers, publish and checkpoint.
 ``transform`` uses Spark SQL functions only, so executors need no Python packages.
 
 Also runnable with spark-submit (settings from ``TXMSG_*``)::
