@@ -11,6 +11,8 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
+from spark_outbox.errors import IngestError
+
 
 @dataclass(frozen=True)
 class ColumnRange:
@@ -29,14 +31,18 @@ def column_range(spark: SparkSession, path: Path, column: str) -> ColumnRange:
     reader = jvm.org.apache.parquet.hadoop.ParquetFileReader.open(input_file)
     rows, low, high = 0, None, None
     try:
-        for block in reader.getFooter().getBlocks():
+        blocks = reader.getFooter().getBlocks()
+        # the column chunk's place, found once per file: a few py4j calls per row group
+        index = next((i for i, c in enumerate(blocks.get(0).getColumns())
+                      if c.getPath().toDotString() == column), None) if blocks.size() else None
+        for block in blocks:
             count = int(block.getRowCount())
             if count == 0:
                 continue
-            stats = next((c.getStatistics() for c in block.getColumns()
-                          if c.getPath().toDotString() == column), None)
+            stats = block.getColumns().get(index).getStatistics() if index is not None else None
             if stats is None or not stats.hasNonNullValue() or stats.getNumNulls() > 0:
-                raise ValueError(f"{path}: no min/max of {column} in a row group's footer")
+                raise IngestError(f"{path}: no min/max of {column} in a row group's footer; "
+                                  "nothing was published")
             rows += count
             lo, hi = int(stats.genericGetMin()), int(stats.genericGetMax())
             low = lo if low is None else min(low, lo)
