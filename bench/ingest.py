@@ -39,6 +39,8 @@ from bench.procs import Sampler
 TOPICS = 4  # message g goes to topic (g-1) % TOPICS, at offset (g-1) // TOPICS: dense
 PER_TXN = 4  # messages per transaction
 PLAIN_PARTITIONS = 4
+# for smoke runs: a JVM without the optimising compiler starts about twice as fast
+QUICK_JVM = {"JAVA_TOOL_OPTIONS": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"}
 
 GENERATE_GROUP = """
 INSERT INTO producer_group (name, check_urls, check_timeout_ms, created_at, updated_at)
@@ -136,10 +138,10 @@ def _timed(command: list[str], env: dict[str, str], label: str) -> dict[str, Any
             "output": "".join(out)}
 
 
-def ingest_once(url: str, out: Path) -> dict[str, Any]:
+def ingest_once(url: str, out: Path, **env: str) -> dict[str, Any]:
     """``txmsg ingest --output out``, as a user runs it."""
     done = _timed([*txmsg_command(), "ingest", "--output", str(out)],
-                  clean_env(TXMSG_DATABASE_URL=url), "txmsg ingest")
+                  clean_env(TXMSG_DATABASE_URL=url, **env), "txmsg ingest")
     text = done.pop("output")
     total = re.search(r"txmsg ingest: ([\d,]+) rows from \d+ topic\(s\) in ([\d.]+) s", text)
     started = re.search(r"started in ([\d.]+) s", text)
@@ -153,11 +155,11 @@ def ingest_once(url: str, out: Path) -> dict[str, Any]:
             "stages": {k.strip(): float(v) for k, v in steps}, "output_bytes": _size(out)}
 
 
-def plain_once(url: str, out: Path, upper_bound: int) -> dict[str, Any]:
+def plain_once(url: str, out: Path, upper_bound: int, **env: str) -> dict[str, Any]:
     """The hand-written Spark job of ``bench.plain_spark`` on the same rows."""
     done = _timed([sys.executable, "-m", "bench.plain_spark", "--database-url", url,
                    "--output", str(out), "--upper-bound", str(upper_bound),
-                   "--partitions", str(PLAIN_PARTITIONS)], clean_env(), "plain Spark job")
+                   "--partitions", str(PLAIN_PARTITIONS)], clean_env(**env), "plain Spark job")
     timings = json.loads(done.pop("output").strip().splitlines()[-1])
     return {**done, "spark_startup_seconds": timings["startup_seconds"],
             "job_seconds": timings["job_seconds"], "output_bytes": _size(out)}
@@ -172,11 +174,13 @@ def _median(runs: list[dict[str, Any]], key: str) -> float:
 
 
 def run(database_url: str | None = None, rows: int = 1_000_000, rounds: int = 3,
-        incremental: int = 1_000) -> dict[str, Any]:
+        incremental: int = 1_000, quick: bool = False) -> dict[str, Any]:
     """Generate ``rows`` committed messages on the PostgreSQL server of ``database_url``
     (an admin URL; default TXMSG_BENCH_PG_URL or the local server), then time, in
     ``rounds`` interleaved rounds, `txmsg ingest`, the plain Spark job and COPY; then an
-    incremental run of ``incremental`` new rows. The figures, as a dict."""
+    incremental run of ``incremental`` new rows (none if 0). ``quick``: both Spark
+    processes on a fast-starting JVM, for smoke runs. The figures, as a dict."""
+    jvm = QUICK_JVM if quick else {}
     if rows % PER_TXN or rows < 1:
         raise ValueError(f"rows must be a positive multiple of {PER_TXN}")
     work = Path(tempfile.mkdtemp(prefix="txmsg-bench-ingest-"))
@@ -192,15 +196,18 @@ def run(database_url: str | None = None, rows: int = 1_000_000, rounds: int = 3,
             for k in range(rounds):
                 for d in work.iterdir():
                     shutil.rmtree(d)
-                ingests.append(ingest_once(url, work / f"lake-{k}"))
-                plains.append(plain_once(url, work / f"plain-{k}", upper))
+                ingests.append(ingest_once(url, work / f"lake-{k}", **jvm))
+                plains.append(plain_once(url, work / f"plain-{k}", upper, **jvm))
                 copies.append(copy_out(url))
-            generate(url, incremental, first=rows)
-            again = ingest_once(url, work / f"lake-{rounds - 1}")
+            again = None
+            if incremental:
+                generate(url, incremental, first=rows)
+                again = ingest_once(url, work / f"lake-{rounds - 1}", **jvm)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     for name, got in [("txmsg ingest", [r["rows"] for r in ingests]),
-                      ("COPY", [c["rows"] for c in copies]), ("incremental", [again["rows"]])]:
+                      ("COPY", [c["rows"] for c in copies]),
+                      ("incremental", [again["rows"]] if again else [])]:
         want = incremental if name == "incremental" else rows
         if any(n != want for n in got):
             raise RuntimeError(f"{name} gave {got} rows, expected {want}")
@@ -231,7 +238,8 @@ def run(database_url: str | None = None, rows: int = 1_000_000, rounds: int = 3,
                            "copy": [round(c["seconds"], 1) for c in copies]},
         "incremental": {"rows": incremental, "seconds": round(again["seconds"], 2),
                         "spark_startup_seconds": round(again["spark_startup_seconds"], 2),
-                        "run_seconds": round(again["run_seconds"], 2)},
+                        "run_seconds": round(again["run_seconds"], 2),
+                        "stages": again["stages"]} if again else None,
     }
     print(f"{rows:,} rows, medians of {rounds} interleaved rounds, wall time with Spark's "
           f"start:\n"
@@ -244,9 +252,10 @@ def run(database_url: str | None = None, rows: int = 1_000_000, rounds: int = 3,
           f"  COPY TO STDOUT   {copy_s:7.1f} s  {rows / copy_s:>10,.0f} rows/s\n"
           f"  ingest / plain Spark job = {result['ingest_over_plain_spark']:.2f}x "
           f"(median of the rounds' ratios), "
-          f"ingest / COPY = {ingest_s / copy_s:.2f}x\n"
-          f"  incremental: {incremental:,} new rows in {again['seconds']:.1f} s "
-          f"(Spark's start {again['spark_startup_seconds']:.1f} s of it)", flush=True)
+          f"ingest / COPY = {ingest_s / copy_s:.2f}x", flush=True)
+    if again:
+        print(f"  incremental: {incremental:,} new rows in {again['seconds']:.1f} s "
+              f"(Spark's start {again['spark_startup_seconds']:.1f} s of it)", flush=True)
     return result
 
 

@@ -192,8 +192,9 @@ def _phases(plan: Plan, admin: str, db: str, results: dict[str, Any]) -> None:
         from bench import ingest  # written by the ingestion side
 
         # it makes a database of its own on the same server
-        phase("ingest", lambda: ingest.run(database_url=admin, rows=plan.ingest_rows,
-                                           rounds=plan.ingest_rounds))
+        phase("ingest", lambda: ingest.run(
+            database_url=admin, rows=plan.ingest_rows, rounds=plan.ingest_rounds,
+            incremental=0 if plan.quick else 1_000, quick=plan.quick))
 
 
 def _throughput_rounds(plan: Plan, throughput: dict[str, tuple[str, Callable[[], Any]]],
