@@ -25,7 +25,7 @@ def column_range(spark: SparkSession, path: Path, column: str) -> ColumnRange:
     """Rows of the Parquet file at ``path`` and min/max of its int64 ``column``, per the footer."""
     jvm = spark.sparkContext._jvm
     assert jvm is not None
-    conf = spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[union-attr]
+    conf = spark.sparkContext._jsc.hadoopConfiguration()
     input_file = jvm.org.apache.parquet.hadoop.util.HadoopInputFile.fromPath(
         jvm.org.apache.hadoop.fs.Path("file", None, str(path)), conf)  # taken literally
     reader = jvm.org.apache.parquet.hadoop.ParquetFileReader.open(input_file)

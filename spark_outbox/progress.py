@@ -20,7 +20,7 @@ def rows_read(spark: SparkSession) -> int | None:
     Spark does not expose it.
     """
     try:
-        stages = spark.sparkContext._jsc.sc().statusStore().activeStages()  # type: ignore[union-attr]
+        stages = spark.sparkContext._jsc.sc().statusStore().activeStages()
         return sum(int(stages.apply(i).inputRecords()) for i in range(stages.size()))
     except Exception:  # noqa: BLE001 - an internal API: progress is a courtesy, not the run
         return None
