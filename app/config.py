@@ -30,6 +30,12 @@ class Settings(BaseSettings):
     admin_token: SecretStr | None = None
     allow_unauthenticated: bool = False
 
+    # retention (app.domain.retention): of committed messages (a topic may override it) and
+    # of resolved transactions; how often the check service runs it; rows per batch
+    retention_seconds: int = Field(259_200, ge=1)
+    retention_interval_seconds: float = Field(60, gt=0)
+    retention_batch_size: int = Field(2000, ge=1)
+
     # database connection pool (PostgreSQL); SQLite uses one pooled connection per thread
     db_pool_size: int = Field(10, ge=1)
     db_max_overflow: int = Field(10, ge=0)

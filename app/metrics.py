@@ -11,7 +11,7 @@ status, never the raw path: its cardinality is bounded by the routes.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -64,6 +64,13 @@ WRITERS = ("send", "finish")
 for _writer in WRITERS:
     BATCH_SIZE.labels(_writer)
     QUEUE_DEPTH.labels(_writer)
+RETENTION_DELETED = Counter(
+    "txmsg_retention_deleted_total",
+    "Rows deleted by retention, by kind (committed log messages, transactions, their half "
+    "messages, op records and check records).", ["kind"])
+RETENTION_KINDS = ("messages", "transactions", "half_messages", "op_records", "check_records")
+for _kind in RETENTION_KINDS:  # every kind shows from the start, at 0
+    RETENTION_DELETED.labels(_kind)
 
 __all__ = [
     "BATCH_SIZE",
@@ -75,6 +82,8 @@ __all__ = [
     "FINISH_LATENCY",
     "HTTP_DURATION",
     "QUEUE_DEPTH",
+    "RETENTION_DELETED",
+    "RETENTION_KINDS",
     "ROLLED_BACK",
     "SENT",
     "WRITERS",
@@ -99,9 +108,27 @@ class _Backlog:
             value=oldest_age)
 
 
-def render(prepared_backlog: Callable[[], tuple[int, float]]) -> bytes:
+class _OldestRetained:
+    """Per topic, the age of its oldest retained committed message, at scrape time."""
+
+    def __init__(self, ages: Callable[[], Iterable[tuple[str, float]]]) -> None:
+        self._ages = ages
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = GaugeMetricFamily(
+            "txmsg_retention_oldest_message_age_seconds",
+            "Age of the oldest committed message still retained, per topic, from the database.",
+            labels=["topic"])
+        for topic, age in self._ages():
+            family.add_metric([topic], age)
+        yield family
+
+
+def render(prepared_backlog: Callable[[], tuple[int, float]],
+           oldest_retained: Callable[[], Iterable[tuple[str, float]]] = lambda: ()) -> bytes:
     """The exposition text: process metrics (all processes under serve) plus DB gauges;
-    ``prepared_backlog`` gives (half messages, oldest PREPARED transaction's age)."""
+    ``prepared_backlog`` gives (half messages, oldest PREPARED transaction's age),
+    ``oldest_retained`` (topic, age of its oldest retained message)."""
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         from prometheus_client import multiprocess
 
@@ -111,4 +138,5 @@ def render(prepared_backlog: Callable[[], tuple[int, float]]) -> bytes:
         registry = REGISTRY
     db_registry = CollectorRegistry()
     db_registry.register(_Backlog(prepared_backlog))
+    db_registry.register(_OldestRetained(oldest_retained))
     return generate_latest(registry) + generate_latest(db_registry)

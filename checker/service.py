@@ -10,6 +10,9 @@ While the database is unavailable the poll says so in one line, then at most onc
 ``checker_outage_log_seconds``, and once more when it is back.
 What is due, what is asked and what an answer does are the domain's
 (``app.domain.checks``); this module only runs them and makes the calls.
+
+A second job, on its own thread, runs retention (``app.domain.retention``) every
+``retention_interval_seconds``; several checkers share that work through the database.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from app import metrics
 from app.config import Settings
 from app.domain.checks import DB_ERRORS, Checks, Claim
 from app.domain.lifecycle import utcnow
+from app.domain.retention import Retention
 from app.errors import one_line
 from app.logs import safe_url
 from checker import callback
@@ -41,12 +45,19 @@ from checker.callback import Answer
 log = logging.getLogger(__name__)
 
 POLL_JOB_ID = "txmsg-checker-poll"
+RETENTION_JOB_ID = "txmsg-retention"
 _EXECUTOR = "txmsg-checker"
+_RETENTION_EXECUTOR = "txmsg-retention"
 
 
 def poll_job(service: CheckService) -> None:
     """The scheduled job (module level, registered under POLL_JOB_ID)."""
     service.poll()
+
+
+def retention_job(service: CheckService) -> None:
+    """The scheduled retention run (module level, registered under RETENTION_JOB_ID)."""
+    service.expire()
 
 
 class CheckService:
@@ -56,6 +67,7 @@ class CheckService:
         self.settings = settings
         self.owner = f"{socket.gethostname()[:40]}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.checks = Checks(settings, self.owner, engine)
+        self.retention = Retention(self.checks.engine, settings)
         self._pool = ThreadPoolExecutor(settings.checker_concurrency,
                                         thread_name_prefix="txmsg-check")
         self._busy = 0
@@ -64,10 +76,12 @@ class CheckService:
         self._local = threading.local()
         self._outage = OutageLog(settings.checker_outage_log_seconds)
         self._scheduler = BackgroundScheduler(
-            timezone="UTC", executors={_EXECUTOR: JobExecutor(1)},
+            timezone="UTC",
+            executors={_EXECUTOR: JobExecutor(1), _RETENTION_EXECUTOR: JobExecutor(1)},
             job_defaults={"misfire_grace_time": None})
-        # every poll would log "Running job ..." at INFO
-        logging.getLogger(f"apscheduler.executors.{_EXECUTOR}").setLevel(logging.WARNING)
+        # every run would log "Running job ..." at INFO
+        for executor in (_EXECUTOR, _RETENTION_EXECUTOR):
+            logging.getLogger(f"apscheduler.executors.{executor}").setLevel(logging.WARNING)
 
     # -- running -------------------------------------------------------------------------
 
@@ -76,6 +90,11 @@ class CheckService:
         self._scheduler.add_job(
             poll_job, "interval", args=(self,), seconds=self.settings.checker_poll_seconds,
             id=POLL_JOB_ID, name=POLL_JOB_ID, executor=_EXECUTOR, replace_existing=True,
+            max_instances=1, coalesce=True, next_run_time=utcnow())
+        self._scheduler.add_job(
+            retention_job, "interval", args=(self,),
+            seconds=self.settings.retention_interval_seconds, id=RETENTION_JOB_ID,
+            name=RETENTION_JOB_ID, executor=_RETENTION_EXECUTOR, replace_existing=True,
             max_instances=1, coalesce=True, next_run_time=utcnow())
         self._scheduler.start()
         log.info("check service %s started (poll %.2gs, %d workers)", self.owner,
@@ -105,6 +124,13 @@ class CheckService:
             self.shutdown()
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
+
+    def expire(self) -> None:
+        """One retention run; stops between two batches when the service shuts down."""
+        try:
+            self.retention.run(self._stopping)
+        except DB_ERRORS as exc:  # the next run takes over where this one stopped
+            log.warning("retention run stopped: %s", exc)
 
     # -- claiming ------------------------------------------------------------------------
 

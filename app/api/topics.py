@@ -5,9 +5,10 @@ from __future__ import annotations
 from flask import Blueprint, Response, request
 
 from app.api.access import current_principal, requires, requires_token
-from app.api.http import int_arg, json_response, limit_arg, state
-from app.domain import reads
-from app.domain.access import CONSUME, PRODUCE, names_allowed
+from app.api.http import int_arg, json_body, json_response, limit_arg, state
+from app.domain import reads, retention
+from app.domain.access import ADMIN, CONSUME, PRODUCE, names_allowed
+from app.domain.messages import parse_topic_retention
 from app.domain.names import check_message_id, check_readable_topic, is_valid_name
 from app.errors import Forbidden, InvalidRequest
 
@@ -25,6 +26,24 @@ def list_topics() -> Response:
                              code="invalid_query_parameter", parameter="after")
     only = names_allowed(current_principal().scopes, CONSUME)
     return json_response(reads.list_topics(state().engine, after or "", limit_arg(), only))
+
+
+@bp.get("/topics/<topic>")
+@requires(CONSUME, "topic")
+def get_topic(topic: str) -> Response:
+    """A topic's retained offsets and its retention."""
+    check_readable_topic(topic)
+    return json_response(retention.get_topic(state().engine, state().settings, topic))
+
+
+@bp.put("/topics/<topic>")
+@requires(ADMIN)
+def put_topic(topic: str) -> Response:
+    """Set a topic's retention (null: TXMSG_RETENTION_SECONDS); an unknown topic is created."""
+    check_readable_topic(topic)
+    request = parse_topic_retention(json_body())
+    return json_response(retention.set_topic_retention(state().engine, state().settings,
+                                                       topic, request))
 
 
 @bp.get("/topics/<topic>/messages")

@@ -218,6 +218,19 @@ class ProducerGroupIn(BaseModel):
         return [check_http_url(u) for u in urls]
 
 
+MIN_RETENTION_SECONDS = 60
+MAX_RETENTION_SECONDS = 31_536_000  # a year
+
+
+class TopicRetentionIn(BaseModel):
+    """``PUT /v1/topics/{topic}``: the topic's retention, or None for the default."""
+
+    model_config = _STRICT
+
+    retention_seconds: StrictInt | None = Field(ge=MIN_RETENTION_SECONDS,
+                                                le=MAX_RETENTION_SECONDS)
+
+
 _SINGLE_MESSAGE_FIELDS = frozenset(MessageIn.model_fields)
 _STATUS_BY_CODE: dict[str, type[ApiError]] = {"body_too_large": PayloadTooLarge}
 _CODE_BY_PYDANTIC_TYPE = {
@@ -246,6 +259,10 @@ def parse_transaction(payload: Any, *, max_body_bytes: int) -> TransactionIn:
 
 def parse_producer_group(payload: Any) -> ProducerGroupIn:
     return _validate(ProducerGroupIn, payload, None)
+
+
+def parse_topic_retention(payload: Any) -> TopicRetentionIn:
+    return _validate(TopicRetentionIn, payload, None)
 
 
 Model = TypeVar("Model", bound=BaseModel)

@@ -11,7 +11,7 @@ import orjson
 from sqlalchemy import Engine
 
 from app.errors import InvalidRequest, NotFound
-from app.storage import reads, topics
+from app.storage import reads, retention, topics
 from app.storage.db import wraps_db_errors
 from app.storage.schema import AnyRow
 from app.vocabulary import State
@@ -80,8 +80,11 @@ def list_transactions(engine: Engine, group: str, state: str | None, after: int,
 def read_topic(engine: Engine, topic: str, from_offset: int, limit: int,
                max_bytes: int) -> dict[str, Any]:
     """A page of committed messages: at most ``limit`` and ``max_bytes`` of bodies (but
-    at least one message); the next page starts at ``next_offset``."""
+    at least one message); the next page starts at ``next_offset``. Below the retained
+    range it starts at ``first_offset``."""
     with engine.connect() as conn:
+        first = retention.first_offset(conn, topic)
+        from_offset = max(from_offset, first)
         rows = topics.read_topic(conn, topic, from_offset, limit, max_bytes)
     messages = [
         {"offset": r.queue_offset, "message_id": r.message_id,
@@ -91,7 +94,8 @@ def read_topic(engine: Engine, topic: str, from_offset: int, limit: int,
         for r in rows
     ]
     next_offset = rows[-1].queue_offset + 1 if rows else from_offset
-    return {"topic": topic, "messages": messages, "next_offset": next_offset}
+    return {"topic": topic, "messages": messages, "next_offset": next_offset,
+            "first_offset": first}
 
 
 @wraps_db_errors

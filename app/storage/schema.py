@@ -11,6 +11,11 @@ Table groups:
 - ``message_log`` and ``topic_offset``: the committed log, with dense per-topic offsets
   (``queue_offset``) handed out from a per-topic counter row inside the commit.
 - ``api_token``: scoped bearer tokens; the secret itself is never stored, only its hash.
+- ``topic_retention``, ``retention_pending`` and ``retention_cursor``: what retention needs
+  (``app.storage.retention``): each topic's first retained offset and retention, the
+  transactions whose committed log rows were just deleted, and how far the walk over
+  resolved transactions has gone. They are rows of their own, apart from the counter
+  row every commit locks, so that retention never waits for a commit nor a commit for it.
 """
 
 from __future__ import annotations
@@ -115,6 +120,10 @@ txn = Table(
         sqlite_where=text(PREPARED_PREDICATE),
     ),
     Index("ix_txn_group_state", "producer_group", "state", "id"),
+    # retention walks resolved transactions by resolution time; only they have one
+    Index("ix_txn_resolved", "resolved_at", "id",
+          postgresql_where=text("resolved_at IS NOT NULL"),
+          sqlite_where=text("resolved_at IS NOT NULL")),
 )
 
 half_message = Table(
@@ -187,4 +196,30 @@ api_token = Table(
     # hex SHA-256 of the whole token (see app.domain.tokens for why not a slow hash)
     Column("secret_hash", String(64), nullable=False),
     Column("created_at", UTCDateTime, nullable=False),
+)
+
+topic_retention = Table(
+    "topic_retention",
+    metadata,
+    Column("topic", NAME, primary_key=True),
+    # the lowest offset still retained: every offset below it was deleted by retention
+    Column("first_offset", BigInteger, nullable=False, server_default=text("0")),
+    # NULL: TXMSG_RETENTION_SECONDS
+    Column("retention_seconds", Integer, nullable=True),
+)
+
+retention_pending = Table(
+    "retention_pending",
+    metadata,
+    Column("id", BigId, primary_key=True, autoincrement=True),
+    # no foreign key: the transaction may already be gone when this row is read
+    Column("txn_id", BigId, nullable=False),
+)
+
+retention_cursor = Table(
+    "retention_cursor",
+    metadata,
+    Column("kind", String(32), primary_key=True),
+    Column("resolved_at", UTCDateTime, nullable=True),
+    Column("txn_id", BigInteger, nullable=False, server_default=text("0")),
 )

@@ -1,0 +1,190 @@
+"""Retention: what expires, when, and in what order (the SQL is ``app.storage.retention``).
+
+- A committed message expires once its topic's retention (``retention_seconds`` of the
+  topic, else ``TXMSG_RETENTION_SECONDS``) has passed since its commit. A topic expires
+  from its head: the first offset still retained becomes the topic's ``first_offset``,
+  and offsets are never reused (the counter row is never touched).
+- A transaction resolved (COMMITTED, ROLLED_BACK) longer ago than
+  ``TXMSG_RETENTION_SECONDS`` goes with its half messages, op and check records once no
+  committed log row refers to its messages: a topic with a longer retention, or the
+  discard topic, keeps it. PREPARED and DISCARDED transactions never go.
+
+Transactions are found two ways. A walk over resolved transactions in (resolved_at, id)
+order, from a cursor stored in the database, sees each one once it is old enough; the
+cursor trails the walk by ``CURSOR_LAG``, so a commit that became visible late (or a
+clock a little behind) is still seen. A transaction the walk passed while its messages
+were still in some topic is queued again (``retention_pending``) in the very database
+transaction that deletes its last log rows, and looked at after that commits.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable
+from datetime import datetime, timedelta
+from typing import Any, NamedTuple
+
+from sqlalchemy import Engine, Row
+
+from app import metrics
+from app.config import Settings
+from app.domain.lifecycle import utcnow
+from app.domain.messages import TopicRetentionIn
+from app.errors import NotFound
+from app.storage import retention as store
+from app.storage.db import wraps_db_errors, write_transaction
+
+log = logging.getLogger(__name__)
+
+CURSOR_LAG = timedelta(minutes=5)
+
+Key = tuple[datetime, int]  # (resolved_at, txn id)
+
+class Retention:
+    """One process's share of the retention work; ``run()`` once per interval."""
+
+    def __init__(self, engine: Engine, settings: Settings,
+                 clock: Callable[[], datetime] = utcnow) -> None:
+        self.engine = engine
+        self.settings = settings
+        self.clock = clock
+        self._walked: Key = store.WALK_START
+
+    @property
+    def default(self) -> timedelta:
+        return timedelta(seconds=self.settings.retention_seconds)
+
+    def run(self, stop: threading.Event | None = None) -> Counter[str]:
+        """Expire what is due, batch after batch, until nothing is or ``stop`` is set; the
+        rows deleted by kind. Between batches it rests as long as the batch took, so
+        writers get at least half of the database's time, whatever the backlog."""
+        stop = stop or threading.Event()
+        deleted: Counter[str] = Counter()
+        with write_transaction(self.engine) as conn:
+            store.add_missing_topics(conn)
+        with self.engine.connect() as conn:
+            topics = store.topic_names(conn)
+        for topic in topics:
+            while not stop.is_set():
+                started = time.monotonic()
+                n, more = self.expire_topic(topic)
+                deleted["messages"] += n
+                if not more:
+                    break
+                stop.wait(time.monotonic() - started)
+        self._walked = store.WALK_START
+        while not stop.is_set():
+            started = time.monotonic()
+            counts, more = self.expire_transactions()
+            deleted.update(counts)
+            if not more:
+                break
+            stop.wait(time.monotonic() - started)
+        return +deleted  # without the kinds at 0
+
+    def expire_topic(self, topic: str) -> tuple[int, bool]:
+        """One batch of ``topic``'s expired head: (rows deleted, whether more may be due).
+        Nothing when another process holds the topic this moment."""
+        now = self.clock()
+        with write_transaction(self.engine) as conn:
+            row = store.lock_topic(conn, topic)
+            if row is None:
+                return 0, False
+            seconds = row.retention_seconds or self.settings.retention_seconds
+            head = store.expired_head(conn, topic, row.first_offset,
+                                      now - timedelta(seconds=seconds),
+                                      self.settings.retention_batch_size)
+            if head.end <= row.first_offset:
+                return 0, False
+            n = store.expire_head(conn, topic, row.first_offset, head.end)
+        metrics.RETENTION_DELETED.labels("messages").inc(n)
+        if n:
+            log.info("retention: %d messages of %s expired (offsets %d..%d)", n, topic,
+                     row.first_offset, head.end - 1)
+        return n, head.more
+
+    def expire_transactions(self) -> tuple[dict[str, int], bool]:
+        """One batch of resolved transactions past the retention: (rows deleted by kind,
+        whether more may be due). Nothing when another process holds the walk."""
+        cutoff = self.clock() - self.default
+        batch = self.settings.retention_batch_size
+        with write_transaction(self.engine) as conn:
+            cursor = store.lock_cursor(conn)
+            if cursor is None:
+                return {}, False
+            walked = _fill(store.walk_resolved(conn, max(cursor, self._walked), cutoff, batch),
+                           batch)
+            pending = _fill(store.read_pending(conn, batch), batch)
+            gone = store.expire_transactions(
+                conn, [r.id for r in walked.rows] + [r.txn_id for r in pending.rows], cutoff)
+            store.forget_pending(conn, [r.id for r in pending.rows])
+            if walked.rows:
+                self._walked = (walked.rows[-1].resolved_at, walked.rows[-1].id)
+            # the stored cursor trails the walk (see the module docstring)
+            stored = min(self._walked, (cutoff - CURSOR_LAG, 0))
+            if stored > cursor:
+                store.move_cursor(conn, *stored)
+        counts = gone._asdict()
+        for kind, n in counts.items():
+            metrics.RETENTION_DELETED.labels(kind).inc(n)
+        if gone.transactions:
+            log.info("retention: %d transactions expired (%d half messages, %d op records, "
+                     "%d check records)", *gone)
+        return counts, walked.more or pending.more
+
+
+class _Batch(NamedTuple):
+    rows: list[Row]
+    more: bool  # rows were left for the next batch
+
+
+def _fill(rows: list[Row], messages: int) -> _Batch:
+    """The first of ``rows`` (read with LIMIT ``messages``) whose transactions hold
+    ``messages`` messages in all, at least one row: a batch is bounded by the rows it
+    deletes, not by its transactions."""
+    total = 0
+    for i, row in enumerate(rows):
+        total += row.message_count
+        if total >= messages:
+            return _Batch(rows[:i + 1], True)
+    return _Batch(rows, len(rows) == messages)
+
+
+def _topic(state: store.TopicState, default: int) -> dict[str, Any]:
+    """A topic as the API shows it: ``retention_seconds`` is the retention in force,
+    ``retention_default`` says whether it is TXMSG_RETENTION_SECONDS."""
+    return {"topic": state.topic, "first_offset": state.first_offset,
+            "next_offset": state.next_offset,
+            "retention_seconds": state.retention_seconds or default,
+            "retention_default": state.retention_seconds is None}
+
+
+@wraps_db_errors
+def get_topic(engine: Engine, settings: Settings, topic: str) -> dict[str, Any]:
+    with engine.connect() as conn:
+        state = store.get_topic(conn, topic)
+    if state is None:
+        raise NotFound(f"no topic {topic!r}", code="topic_not_found")
+    return _topic(state, settings.retention_seconds)
+
+
+@wraps_db_errors
+def set_topic_retention(engine: Engine, settings: Settings, topic: str,
+                        request: TopicRetentionIn) -> dict[str, Any]:
+    with write_transaction(engine) as conn:
+        store.set_retention(conn, topic, request.retention_seconds)
+        state = store.get_topic(conn, topic)
+    assert state is not None
+    return _topic(state, settings.retention_seconds)
+
+
+@wraps_db_errors
+def oldest_ages(engine: Engine) -> Iterable[tuple[str, float]]:
+    """(topic, seconds since the commit of its oldest retained message), for /metrics."""
+    now = utcnow()
+    with engine.connect() as conn:
+        rows = store.oldest_retained(conn)
+    return [(r.topic, max(0.0, (now - r.committed_at).total_seconds())) for r in rows]

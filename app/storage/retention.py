@@ -1,0 +1,271 @@
+"""SQL of retention: expiring each topic's committed log from its head, then the resolved
+transactions whose log rows are gone, with their half messages, op and check records.
+
+Every function runs in the caller's short transaction and touches at most one batch.
+Work is shared between processes through rows locked for one batch
+(``FOR UPDATE SKIP LOCKED`` on PostgreSQL; SQLite's writers take turns under
+``BEGIN IMMEDIATE``): a topic's ``topic_retention`` row, and the ``retention_cursor`` row
+of the walk over transactions. Neither is a row the commit path locks (it locks
+``topic_offset`` counters and ``txn`` rows of live transactions), so sends and commits
+never wait for retention, nor retention for them.
+
+Offsets within a topic are committed in order, so what expires is a prefix of the topic:
+the rows from ``first_offset`` up to the first one still retained, found by reading the
+primary key (topic, queue_offset) in order, never by scanning the topic.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import NamedTuple
+
+from sqlalchemy import (
+    BigInteger,
+    Connection,
+    Row,
+    and_,
+    case,
+    delete,
+    exists,
+    func,
+    insert,
+    literal,
+    select,
+    tuple_,
+    update,
+)
+from sqlalchemy.dialects import postgresql, sqlite
+
+from app.storage.schema import (
+    UTCDateTime,
+    check_log,
+    half_message,
+    message_log,
+    op_log,
+    retention_cursor,
+    retention_pending,
+    topic_offset,
+    topic_retention,
+    txn,
+)
+from app.vocabulary import State
+
+_RESOLVED = (State.COMMITTED.value, State.ROLLED_BACK.value)
+
+
+def _pg(conn: Connection) -> bool:
+    return conn.dialect.name == "postgresql"
+
+
+def _insert_ignoring_conflicts(conn: Connection, table, index_elements: list[str]):  # type: ignore[no-untyped-def]
+    dialect = postgresql if _pg(conn) else sqlite
+    return dialect.insert(table).on_conflict_do_nothing(index_elements=index_elements)
+
+
+# -- topics ------------------------------------------------------------------------------
+
+
+class TopicState(NamedTuple):
+    topic: str
+    first_offset: int
+    next_offset: int
+    retention_seconds: int | None
+
+
+def get_topic(conn: Connection, topic: str) -> TopicState | None:
+    """A topic's offsets and retention; None for a topic never committed to nor configured."""
+    stmt = (select(topic_offset.c.topic,
+                   func.coalesce(topic_retention.c.first_offset, 0).label("first_offset"),
+                   topic_offset.c.next_offset, topic_retention.c.retention_seconds)
+            .select_from(topic_offset.outerjoin(topic_retention,
+                                                topic_retention.c.topic == topic_offset.c.topic))
+            .where(topic_offset.c.topic == topic))
+    row = conn.execute(stmt).first()
+    return TopicState(*row) if row is not None else None
+
+
+def first_offset(conn: Connection, topic: str) -> int:
+    """The lowest offset of ``topic`` still retained (0 before anything expired)."""
+    stmt = select(topic_retention.c.first_offset).where(topic_retention.c.topic == topic)
+    return conn.execute(stmt).scalar_one_or_none() or 0
+
+
+def set_retention(conn: Connection, topic: str, seconds: int | None) -> None:
+    """Store a topic's retention (None: the default), making the topic known if it is not.
+
+    A new topic's counter row is inserted only if missing (a conflict does not lock it).
+    """
+    conn.execute(_insert_ignoring_conflicts(conn, topic_offset, ["topic"])
+                 .values(topic=topic, next_offset=0))
+    conn.execute(_insert_ignoring_conflicts(conn, topic_retention, ["topic"])
+                 .values(topic=topic, first_offset=0))
+    conn.execute(update(topic_retention).where(topic_retention.c.topic == topic)
+                 .values(retention_seconds=seconds))
+
+
+def add_missing_topics(conn: Connection) -> None:
+    """A ``topic_retention`` row (first offset 0) for every topic that has none yet."""
+    missing = select(topic_offset.c.topic, literal(0)).where(~exists().where(
+        topic_retention.c.topic == topic_offset.c.topic))
+    conn.execute(_insert_ignoring_conflicts(conn, topic_retention, ["topic"])
+                 .from_select(["topic", "first_offset"], missing))
+
+
+def topic_names(conn: Connection) -> list[str]:
+    return list(conn.execute(select(topic_retention.c.topic).order_by(topic_retention.c.topic))
+                .scalars())
+
+
+def lock_topic(conn: Connection, topic: str) -> Row | None:
+    """The topic's retention row, locked for this batch; None if another process holds it."""
+    stmt = (select(topic_retention.c.first_offset, topic_retention.c.retention_seconds)
+            .where(topic_retention.c.topic == topic)
+            .with_for_update(skip_locked=True))
+    return conn.execute(stmt).first()
+
+
+class Head(NamedTuple):
+    end: int     # the first offset to keep: every offset in [first, end) has expired
+    more: bool   # the whole batch had expired: the next one may too
+
+
+def expired_head(conn: Connection, topic: str, first: int, cutoff: datetime,
+                 limit: int) -> Head:
+    """How far the head of ``topic`` from ``first`` has expired (committed before
+    ``cutoff``), reading at most ``limit`` rows in offset order."""
+    rows = (select(message_log.c.queue_offset, message_log.c.committed_at)
+            .where(message_log.c.topic == topic, message_log.c.queue_offset >= first)
+            .order_by(message_log.c.queue_offset))
+    oldest = conn.execute(rows.limit(1)).first()
+    if oldest is None or oldest.committed_at >= cutoff:  # the usual case: one row read
+        return Head(first, False)
+    head = rows.limit(limit).subquery()
+    kept = func.min(case((head.c.committed_at >= cutoff, head.c.queue_offset)))
+    row = conn.execute(select(kept, func.max(head.c.queue_offset), func.count())).one()
+    first_kept, last, rows = row
+    if first_kept is not None:
+        return Head(first_kept, False)
+    if rows == 0:
+        return Head(first, False)
+    return Head(last + 1, rows == limit)
+
+
+def expire_head(conn: Connection, topic: str, first: int, end: int) -> int:
+    """Delete ``topic``'s log rows in [first, end) and raise its first offset to ``end``;
+    their transactions are queued for ``expire_transactions``. The rows deleted."""
+    in_range = and_(message_log.c.topic == topic, message_log.c.queue_offset >= first,
+                    message_log.c.queue_offset < end)
+    owners = (select(half_message.c.txn_id).distinct()
+              .join_from(message_log, half_message,
+                         half_message.c.id == message_log.c.half_message_id)
+              .where(in_range))
+    conn.execute(insert(retention_pending).from_select(["txn_id"], owners))
+    deleted = conn.execute(delete(message_log).where(in_range)).rowcount
+    conn.execute(update(topic_retention).where(topic_retention.c.topic == topic)
+                 .values(first_offset=end))
+    return deleted
+
+
+def oldest_retained(conn: Connection) -> list[Row]:
+    """Each topic with a retained message and the commit time of its first retained one
+    (one primary-key lookup per topic)."""
+    first = func.coalesce(topic_retention.c.first_offset, 0)
+    stmt = (select(topic_offset.c.topic, message_log.c.committed_at)
+            .select_from(topic_offset
+                         .outerjoin(topic_retention,
+                                    topic_retention.c.topic == topic_offset.c.topic)
+                         .join(message_log, and_(message_log.c.topic == topic_offset.c.topic,
+                                                 message_log.c.queue_offset == first))))
+    return list(conn.execute(stmt))
+
+
+# -- transactions ------------------------------------------------------------------------
+
+TRANSACTIONS = "transactions"
+WALK_START: tuple[datetime, int] = (datetime(1970, 1, 1, tzinfo=UTC), 0)
+
+
+def lock_cursor(conn: Connection) -> tuple[datetime, int] | None:
+    """The walk's position (resolved_at, txn id), locked for this batch; None if another
+    process holds it."""
+    conn.execute(_insert_ignoring_conflicts(conn, retention_cursor, ["kind"])
+                 .values(kind=TRANSACTIONS, resolved_at=WALK_START[0], txn_id=WALK_START[1]))
+    stmt = (select(retention_cursor.c.resolved_at, retention_cursor.c.txn_id)
+            .where(retention_cursor.c.kind == TRANSACTIONS).with_for_update(skip_locked=True))
+    row = conn.execute(stmt).first()
+    return (row.resolved_at or WALK_START[0], row.txn_id) if row is not None else None
+
+
+def move_cursor(conn: Connection, resolved_at: datetime, txn_id: int) -> None:
+    conn.execute(update(retention_cursor).where(retention_cursor.c.kind == TRANSACTIONS)
+                 .values(resolved_at=resolved_at, txn_id=txn_id))
+
+
+def walk_resolved(conn: Connection, after: tuple[datetime, int], cutoff: datetime,
+                  limit: int) -> list[Row]:
+    """Resolved transactions past ``after`` in (resolved_at, id) order, resolved before
+    ``cutoff`` (on the partial index ``ix_txn_resolved``)."""
+    stmt = (select(txn.c.id, txn.c.resolved_at, txn.c.message_count)
+            .where(txn.c.resolved_at.is_not(None), txn.c.resolved_at < cutoff,
+                   tuple_(txn.c.resolved_at, txn.c.id)
+                   > tuple_(literal(after[0], UTCDateTime()), literal(after[1], BigInteger())))
+            .order_by(txn.c.resolved_at, txn.c.id).limit(limit))
+    return list(conn.execute(stmt))
+
+
+def read_pending(conn: Connection, limit: int) -> list[Row]:
+    """Queued transactions, oldest first: (id of the queue row, txn_id, message_count),
+    the count 0 when the transaction is gone already."""
+    stmt = (select(retention_pending.c.id, retention_pending.c.txn_id,
+                   func.coalesce(txn.c.message_count, 0).label("message_count"))
+            .select_from(retention_pending.outerjoin(txn,
+                                                     txn.c.id == retention_pending.c.txn_id))
+            .order_by(retention_pending.c.id).limit(limit))
+    return list(conn.execute(stmt))
+
+
+def forget_pending(conn: Connection, ids: Sequence[int]) -> None:
+    if ids:
+        conn.execute(delete(retention_pending).where(retention_pending.c.id.in_(ids)))
+
+
+class Deleted(NamedTuple):
+    transactions: int
+    half_messages: int
+    op_records: int
+    check_records: int
+
+
+def expire_transactions(conn: Connection, txn_ids: Sequence[int], cutoff: datetime) -> Deleted:
+    """Delete those of ``txn_ids`` that were resolved before ``cutoff`` and no committed
+    log row (of any topic, the discard topic included) still refers to, with their half
+    messages, op and check records.
+
+    No lock is needed between the check and the deletes: a resolved transaction never
+    changes state again, so it never gains a committed log row."""
+    if not txn_ids:
+        return Deleted(0, 0, 0, 0)
+    referenced = (select(half_message.c.id)
+                  .join(message_log, message_log.c.half_message_id == half_message.c.id)
+                  .where(half_message.c.txn_id == txn.c.id))
+    gone = list(conn.execute(
+        select(txn.c.id).where(txn.c.id.in_(sorted(set(txn_ids))),
+                               txn.c.state.in_(_RESOLVED), txn.c.resolved_at < cutoff,
+                               ~referenced.exists())
+        .order_by(txn.c.id)).scalars())
+    if not gone:
+        return Deleted(0, 0, 0, 0)
+    checks = conn.execute(delete(check_log).where(check_log.c.txn_id.in_(gone))).rowcount
+    ops = conn.execute(delete(op_log).where(op_log.c.txn_id.in_(gone))).rowcount
+    messages = conn.execute(delete(half_message).where(half_message.c.txn_id.in_(gone))).rowcount
+    txns = conn.execute(delete(txn).where(txn.c.id.in_(gone))).rowcount
+    return Deleted(txns, messages, ops, checks)
+
+
+def row_counts(conn: Connection) -> dict[str, int]:
+    """Rows of each table retention empties (for the soak run and the flatness test)."""
+    tables = (txn, half_message, op_log, check_log, message_log, retention_pending)
+    return {t.name: conn.execute(select(func.count()).select_from(t)).scalar_one()
+            for t in tables}
+

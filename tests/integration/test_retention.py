@@ -1,0 +1,262 @@
+"""Retention on both stores: what expires, what stays, first_offset, per-topic retention,
+several processes at once, and the metrics."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from datetime import datetime, timedelta
+from typing import Any
+
+import pytest
+from sqlalchemy import Engine, select, update
+
+from app.config import Settings
+from app.domain.lifecycle import utcnow
+from app.domain.names import DISCARD_TOPIC
+from app.domain.retention import Retention
+from app.storage.schema import message_log, txn
+from app.vocabulary import Op
+from tests.conftest import make_settings
+from tests.integration.helpers import finish, register, row_counts, send
+
+HOUR = 3600
+DATA_TABLES = ("txn", "half_message", "op_log", "check_log", "message_log",
+               "retention_pending")
+
+
+@pytest.fixture
+def settings(database_url: str) -> Settings:
+    return make_settings(database_url, retention_seconds=HOUR, retention_batch_size=7)
+
+
+def engine_of(app: Any) -> Engine:
+    return app.extensions["txmsg"].engine
+
+
+def commit(client: Any, *topics: str) -> dict[str, Any]:
+    """One transaction with a message per topic, committed; the commit's answer."""
+    sent = send(client, messages=[{"topic": t, "body": f"to {t}"} for t in topics])
+    assert sent.status_code == 201, sent.json
+    done = finish(client, sent.json["transaction_id"], "commit")
+    assert done.status_code == 200
+    return done.json
+
+
+def data_rows(app: Any) -> dict[str, int]:
+    counts = row_counts(engine_of(app))
+    return {t: counts[t] for t in DATA_TABLES}
+
+
+def backdate(engine: Engine, hours: float, topic: str | None = None) -> None:
+    """Make committed log rows (of ``topic``, else all) and every resolution ``hours`` old."""
+    then = utcnow() - timedelta(hours=hours)
+    with engine.begin() as conn:
+        rows = update(message_log).values(committed_at=then)
+        conn.execute(rows.where(message_log.c.topic == topic) if topic else rows)
+        conn.execute(update(txn).where(txn.c.resolved_at.is_not(None)).values(resolved_at=then))
+
+
+def retention(app: Any, later: float = 0) -> Retention:
+    """A retention worker whose clock runs ``later`` seconds ahead."""
+    return Retention(engine_of(app), app.extensions["txmsg"].settings,
+                     clock=lambda: utcnow() + timedelta(seconds=later))
+
+
+def test_expired_head_goes_and_readers_start_at_first_offset(client, app) -> None:  # type: ignore[no-untyped-def]
+    register(client)
+    for _ in range(5):
+        commit(client, "orders")
+    backdate(engine_of(app), hours=2)
+    for _ in range(3):
+        commit(client, "orders")
+
+    deleted = retention(app).run()
+
+    assert deleted == Counter(messages=5, transactions=5, half_messages=5, op_records=5)
+    page = client.get("/v1/topics/orders/messages?from_offset=0").json
+    assert [m["offset"] for m in page["messages"]] == [5, 6, 7]
+    assert page["first_offset"] == 5 and page["next_offset"] == 8
+    assert client.get("/v1/topics/orders").json == {
+        "topic": "orders", "first_offset": 5, "next_offset": 8, "retention_seconds": HOUR,
+        "retention_default": True}
+    counts = row_counts(engine_of(app))
+    assert (counts["message_log"], counts["txn"], counts["half_message"]) == (3, 3, 3)
+    # offsets are never reused
+    assert commit(client, "orders")["messages"][0]["offset"] == 8
+
+
+def test_a_topic_expired_whole_reads_empty_from_its_next_offset(client, app) -> None:  # type: ignore[no-untyped-def]
+    register(client)
+    for _ in range(20):  # more than one batch (7 rows)
+        commit(client, "orders")
+
+    retention(app, later=2 * HOUR).run()
+
+    page = client.get("/v1/topics/orders/messages?from_offset=3").json
+    assert page == {"topic": "orders", "messages": [], "next_offset": 20, "first_offset": 20}
+    topic = client.get("/v1/topics/orders").json
+    assert topic["first_offset"] == topic["next_offset"] == 20
+    assert data_rows(app) == dict.fromkeys(DATA_TABLES, 0)
+    assert commit(client, "orders")["messages"][0]["offset"] == 20
+
+
+def test_nothing_expires_before_its_time(client, app) -> None:  # type: ignore[no-untyped-def]
+    register(client)
+    commit(client, "orders")
+    before = data_rows(app)
+    assert retention(app, later=HOUR - 60).run() == Counter()
+    assert data_rows(app) == before
+
+
+def test_prepared_and_discarded_transactions_never_go(client, app) -> None:  # type: ignore[no-untyped-def]
+    register(client)
+    prepared = send(client, transaction_id="pending").json
+    discarded = send(client, transaction_id="discarded").json
+    rolled_back = send(client, transaction_id="rolled-back").json
+    lifecycle = app.extensions["txmsg"].lifecycle
+    lifecycle.finish("orders-svc", "discarded", Op.DISCARD, source="check", check_times=15)
+    finish(client, "rolled-back", "rollback")
+
+    deleted = retention(app, later=400 * 24 * HOUR).run()
+
+    # the discard topic's entry expired, the transactions behind it did not
+    assert deleted == Counter(messages=1, transactions=1, half_messages=1, op_records=1)
+    states = {t: client.get(f"/v1/producer-groups/orders-svc/transactions/{t}").json["state"]
+              for t in ("pending", "discarded")}
+    assert states == {"pending": "PREPARED", "discarded": "DISCARDED"}
+    gone = client.get(f"/v1/producer-groups/orders-svc/transactions/{rolled_back['transaction_id']}")
+    assert gone.status_code == 404
+    for sent in (prepared, discarded):
+        message_id = sent["messages"][0]["message_id"]
+        assert client.get(f"/v1/messages/{message_id}").status_code == 200
+    assert client.get(f"/v1/topics/{DISCARD_TOPIC}").json["first_offset"] == 1
+
+
+def test_a_topic_with_a_longer_retention_keeps_the_transaction(client, app) -> None:  # type: ignore[no-untyped-def]
+    """A transaction goes only once no topic still holds one of its messages; when the
+    longer topic lets go later, the transaction goes then (the walk has passed it)."""
+    register(client)
+    assert client.put("/v1/topics/audit", json={"retention_seconds": 10 * 24 * HOUR}
+                      ).status_code == 200
+    answer = commit(client, "orders", "audit")
+    backdate(engine_of(app), hours=2 * 24)
+    worker = retention(app)
+
+    assert worker.run() == Counter(messages=1)
+    assert client.get("/v1/topics/audit/messages").json["messages"][0]["offset"] == 0
+    got = client.get(f"/v1/producer-groups/orders-svc/transactions/{answer['transaction_id']}")
+    assert got.status_code == 200
+
+    assert client.put("/v1/topics/audit", json={"retention_seconds": 24 * HOUR}
+                      ).json["retention_seconds"] == 24 * HOUR
+    assert worker.run() == Counter(messages=1, transactions=1, half_messages=2, op_records=1)
+    got = client.get(f"/v1/producer-groups/orders-svc/transactions/{answer['transaction_id']}")
+    assert got.status_code == 404
+    assert row_counts(engine_of(app))["retention_pending"] == 0
+
+
+def test_a_late_commit_after_a_discard_waits_for_the_discard_topic(client, app) -> None:  # type: ignore[no-untyped-def]
+    register(client)
+    send(client, transaction_id="late")
+    app.extensions["txmsg"].lifecycle.finish("orders-svc", "late", Op.DISCARD, source="check",
+                                             check_times=15)
+    finish(client, "late", "commit")
+    client.put(f"/v1/topics/{DISCARD_TOPIC}", json={"retention_seconds": 30 * 24 * HOUR})
+    backdate(engine_of(app), hours=3 * 24, topic="orders")
+    backdate(engine_of(app), hours=3 * 24, topic=DISCARD_TOPIC)
+
+    assert retention(app).run() == Counter(messages=1)
+    assert client.get("/v1/producer-groups/orders-svc/transactions/late").json["state"] == \
+        "COMMITTED"
+    assert len(client.get(f"/v1/topics/{DISCARD_TOPIC}/messages").json["messages"]) == 1
+
+
+def test_check_records_go_with_their_transaction(client, app) -> None:  # type: ignore[no-untyped-def]
+    from app.storage import checks
+    from app.storage.db import write_transaction
+
+    register(client)
+    send(client, transaction_id="checked")
+    with write_transaction(engine_of(app)) as conn:
+        txn_id = conn.execute(select(txn.c.id)).scalar_one()
+        conn.execute(update(txn).values(lease_owner="me"))
+        assert checks.record_check(conn, txn_id=txn_id, owner="me", check_times=1,
+                                   result="UNKNOWN", url=None, detail=None, now=utcnow(),
+                                   next_check_at=utcnow())
+    finish(client, "checked", "rollback")
+    assert retention(app, later=2 * HOUR).run() == Counter(
+        transactions=1, half_messages=1, op_records=1, check_records=1)
+    assert row_counts(engine_of(app))["check_log"] == 0
+
+
+def test_several_workers_share_a_backlog_and_count_each_row_once(client, app) -> None:  # type: ignore[no-untyped-def]
+    register(client)
+    for i in range(60):
+        commit(client, "orders", f"t{i % 3}")
+    workers = [retention(app, later=2 * HOUR) for _ in range(4)]
+    results: list[Counter[str]] = []
+    errors: list[BaseException] = []
+
+    def run(worker: Retention) -> None:
+        try:
+            while True:
+                done = worker.run()
+                results.append(done)
+                if not done:
+                    return
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(w,)) for w in workers]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not errors
+    assert sum(results, Counter()) == Counter(messages=120, transactions=60, half_messages=120,
+                                              op_records=60)
+    assert data_rows(app) == dict.fromkeys(DATA_TABLES, 0)
+
+
+def test_metrics(client, app) -> None:  # type: ignore[no-untyped-def]
+    register(client)
+    text = client.get("/metrics").data.decode()
+    for kind in ("messages", "transactions", "half_messages", "op_records", "check_records"):
+        assert f'txmsg_retention_deleted_total{{kind="{kind}"}}' in text
+    commit(client, "orders")
+    backdate(engine_of(app), hours=0.5)
+    commit(client, "orders")
+    before = _sample(client.get("/metrics").data.decode(),
+                     'txmsg_retention_deleted_total{kind="messages"}')
+    age = _sample(client.get("/metrics").data.decode(),
+                  'txmsg_retention_oldest_message_age_seconds{topic="orders"}')
+    assert 0.5 * HOUR - 60 < age < 0.5 * HOUR + 60
+
+    retention(app, later=0.75 * HOUR).run()
+
+    text = client.get("/metrics").data.decode()
+    assert _sample(text, 'txmsg_retention_deleted_total{kind="messages"}') == before + 1
+    assert _sample(text, 'txmsg_retention_oldest_message_age_seconds{topic="orders"}') < 60
+
+
+def _sample(text: str, name: str) -> float:
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[-1])
+    raise AssertionError(f"{name} not in /metrics")
+
+
+def test_the_cursor_trails_the_walk(client, app) -> None:  # type: ignore[no-untyped-def]
+    """A commit that became visible after the walk passed its resolution time is still
+    found: the stored cursor stays CURSOR_LAG behind the cutoff."""
+    from app.domain.retention import CURSOR_LAG
+    from app.storage.schema import retention_cursor
+
+    register(client)
+    commit(client, "orders")
+    worker = retention(app, later=2 * HOUR)
+    worker.run()
+    with engine_of(app).connect() as conn:
+        stored: datetime = conn.execute(select(retention_cursor.c.resolved_at)).scalar_one()
+    assert stored <= utcnow() + timedelta(seconds=2 * HOUR) - timedelta(seconds=HOUR) - CURSOR_LAG
