@@ -41,12 +41,18 @@ from app.api.schemas import (
     RolledBackTransaction,
     SentTransaction,
     TokenList,
+    Topic,
     TopicList,
     TopicPage,
     Transaction,
     TransactionList,
 )
-from app.domain.messages import ProducerGroupIn, SingleMessageTransactionIn, TransactionIn
+from app.domain.messages import (
+    ProducerGroupIn,
+    SingleMessageTransactionIn,
+    TopicRetentionIn,
+    TransactionIn,
+)
 from app.domain.names import DISCARD_TOPIC, GroupName, Name, TransactionId
 from app.domain.tokens import TokenId, TokenIn
 from app.vocabulary import State
@@ -248,6 +254,21 @@ class _Builder:
                 "get": op("listTopics", "topics", "Topics with their next offset, by name",
                           {"200": TopicList}, {"400": "invalid_query_parameter", **_DB},
                           parameters=("after_topic", "limit")),
+            },
+            "/v1/topics/{topic}": {
+                "parameters": _parameter_refs("topic"),
+                "get": op(
+                    "getTopic", "topics", "A topic's retained offsets and its retention",
+                    {"200": Topic},
+                    {"400": "invalid_topic, reserved_topic", "404": "topic_not_found", **_DB}),
+                "put": op(
+                    "putTopic", "topics",
+                    "Set a topic's retention (null: the default); an unknown topic is created",
+                    {"200": Topic},
+                    {"400": f"invalid_topic, reserved_topic, {_BODY_CODES}",
+                     "413": "payload_too_large", **_DB},
+                    body=TopicRetentionIn,
+                    examples={"a_week": {"retention_seconds": 604800}}),
             },
             "/v1/topics/{topic}/messages": {
                 "parameters": _parameter_refs("topic"),

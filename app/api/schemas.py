@@ -161,6 +161,20 @@ class TopicPage(TypedDict):
     topic: TopicName
     messages: list[CommittedMessage]
     next_offset: Annotated[Offset, Field(description="The `from_offset` of the next page.")]
+    first_offset: Annotated[Offset, Field(description=(
+        "The lowest offset still retained; a `from_offset` below it starts there."))]
+
+
+@with_config(_CLOSED)
+class Topic(TypedDict):
+    topic: TopicName
+    first_offset: Annotated[Offset, Field(description=(
+        "The lowest offset still retained (offsets below it expired); equal to "
+        "`next_offset` when nothing is."))]
+    next_offset: Annotated[Offset, Field(description="The offset the next commit takes.")]
+    retention_seconds: Annotated[int, Field(ge=1, description="The retention in force.")]
+    retention_default: Annotated[bool, Field(description=(
+        "Whether it is TXMSG_RETENTION_SECONDS (no retention set on the topic)."))]
 
 
 @with_config(_CLOSED)

@@ -227,8 +227,9 @@ class TopicRetentionIn(BaseModel):
 
     model_config = _STRICT
 
-    retention_seconds: StrictInt | None = Field(ge=MIN_RETENTION_SECONDS,
-                                                le=MAX_RETENTION_SECONDS)
+    retention_seconds: StrictInt | None = Field(
+        ge=MIN_RETENTION_SECONDS, le=MAX_RETENTION_SECONDS,
+        description="Seconds a committed message stays; null: TXMSG_RETENTION_SECONDS.")
 
 
 _SINGLE_MESSAGE_FIELDS = frozenset(MessageIn.model_fields)

@@ -192,6 +192,29 @@ CASES = [
     send("send-check-url-ftp", with_msg(check_url="ftp://h/c"), "invalid_check_url"),
     send("send-check-url-nul", with_msg(check_url="http://h\x00/c"), "invalid_check_url"),
     send("send-check-url-int", with_msg(check_url=5), "invalid_type"),
+    # topics: PUT /v1/topics/{topic}
+    *[case(f"topic-retention-{name}", "PUT", "/v1/topics/orders", 400, code, json=body)
+      for name, body, code in (
+          ("below-minimum", {"retention_seconds": 59}, "out_of_range"),
+          ("above-maximum", {"retention_seconds": 31_536_001}, "out_of_range"),
+          ("negative", {"retention_seconds": -1}, "out_of_range"),
+          ("string", {"retention_seconds": "3600"}, "invalid_type"),
+          ("bool", {"retention_seconds": True}, "invalid_type"),
+          ("float", {"retention_seconds": 3600.5}, "invalid_type"),
+          ("missing", {}, "missing_field"),
+          ("unknown-field", {"retention_seconds": 3600, "retention_ms": 1}, "unknown_field"),
+          ("array", [3600], "invalid_body_type"),
+      )],
+    case("topic-retention-not-json", "PUT", "/v1/topics/orders", 400, "invalid_json",
+         data=b"{retention"),
+    case("topic-retention-rmq-sys", "PUT", "/v1/topics/RMQ_SYS_TRANS_HALF_TOPIC", 400,
+         "reserved_topic", json={"retention_seconds": 3600}),
+    case("topic-retention-bad-name", "PUT", "/v1/topics/bad%20topic", 400, "invalid_topic",
+         json={"retention_seconds": 3600}),
+    case("topic-get-rmq-sys", "GET", "/v1/topics/RMQ_SYS_TRANS_HALF_TOPIC", 400,
+         "reserved_topic"),
+    case("topic-get-bad-name", "GET", f"/v1/topics/{'t' * 128}", 400, "invalid_topic"),
+    case("topic-unknown", "GET", "/v1/topics/orders", 404, "topic_not_found"),
     # query parameters
     *[case(f"read-{q}", "GET", f"/v1/topics/orders/messages?{q}", 400,
            "invalid_query_parameter")
@@ -204,7 +227,8 @@ CASES = [
     # unknown routes and wrong methods
     case("route-unknown", "GET", "/nope", 404, "route_not_found"),
     case("route-v2", "GET", "/v2/topics", 404, "route_not_found"),
-    case("route-topic-without-messages", "GET", "/v1/topics/orders", 404, "route_not_found"),
+    case("route-topic-subpath", "GET", "/v1/topics/orders/offsets", 404, "route_not_found"),
+    case("method-delete-topic", "DELETE", "/v1/topics/orders", 405, "method_not_allowed"),
     case("route-unknown-op", "POST", f"{TXN}/t-open/explode", 404, "route_not_found"),
     case("method-post-topics", "POST", "/v1/topics", 405, "method_not_allowed", json={}),
     case("method-patch-group", "PATCH", GROUP_URL, 405, "method_not_allowed", json=URLS),

@@ -4,6 +4,7 @@ several processes at once, and the metrics."""
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter
 from datetime import datetime, timedelta
 from typing import Any
@@ -260,3 +261,71 @@ def test_the_cursor_trails_the_walk(client, app) -> None:  # type: ignore[no-unt
     with engine_of(app).connect() as conn:
         stored: datetime = conn.execute(select(retention_cursor.c.resolved_at)).scalar_one()
     assert stored <= utcnow() + timedelta(seconds=2 * HOUR) - timedelta(seconds=HOUR) - CURSOR_LAG
+
+
+def test_put_and_get_a_topic(client) -> None:  # type: ignore[no-untyped-def]
+    r = client.put("/v1/topics/audit", json={"retention_seconds": 7 * 24 * HOUR})
+    assert r.status_code == 200
+    assert r.json == {"topic": "audit", "first_offset": 0, "next_offset": 0,
+                      "retention_seconds": 7 * 24 * HOUR, "retention_default": False}
+    assert client.get("/v1/topics/audit").json == r.json
+    assert client.get("/v1/topics").json["topics"] == [{"topic": "audit", "next_offset": 0}]
+    register(client)
+    assert commit(client, "audit")["messages"][0]["offset"] == 0
+    back = client.put("/v1/topics/audit", json={"retention_seconds": None})
+    assert back.json == {"topic": "audit", "first_offset": 0, "next_offset": 1,
+                         "retention_seconds": HOUR, "retention_default": True}
+    assert client.put(f"/v1/topics/{DISCARD_TOPIC}", json={"retention_seconds": 60}
+                      ).json["retention_seconds"] == 60
+
+
+def test_the_check_service_runs_retention(settings: Settings, client, app) -> None:  # type: ignore[no-untyped-def]
+    """The retention job beside the check poll, in the check service."""
+    from checker.service import CheckService
+    from tests.callbacks import wait_until
+
+    register(client)
+    commit(client, "orders")
+    backdate(engine_of(app), hours=2)
+    service = CheckService(settings.model_copy(update={"retention_interval_seconds": 0.2}))
+    service.start()
+    try:
+        assert wait_until(lambda: data_rows(app)["txn"] == 0, timeout=30) is True
+    finally:
+        service.shutdown()
+    assert data_rows(app) == dict.fromkeys(DATA_TABLES, 0)
+
+
+def test_storage_stays_flat_under_steady_traffic(database_url: str, client, app) -> None:  # type: ignore[no-untyped-def]
+    """Steady send + commit traffic with a retention of 2 s: the rows held stop growing
+    (every sample of the second half holds well under half of what was committed), and
+    once traffic stops everything drains away."""
+    from checker.service import CheckService
+    from tests.callbacks import wait_until
+
+    settings = make_settings(database_url, retention_seconds=2, retention_interval_seconds=0.5)
+    register(client)
+    service = CheckService(settings)
+    service.start()
+    samples: list[tuple[int, dict[str, int]]] = []
+    committed = 0
+    try:
+        started = time.monotonic()
+        next_sample = started + 1
+        while time.monotonic() - started < 16:
+            commit(client, "orders", "audit")
+            committed += 1
+            if time.monotonic() >= next_sample:
+                samples.append((committed, data_rows(app)))
+                next_sample += 1
+            time.sleep(0.01)
+        assert committed > 100 and len(samples) >= 10
+        for total, rows in samples[len(samples) // 2:]:
+            assert rows["txn"] < total / 2 and rows["message_log"] < total, (total, rows)
+            assert rows["half_message"] < total and rows["op_log"] < total / 2, (total, rows)
+        wait_until(lambda: data_rows(app)["txn"] == 0, timeout=60, what="drained")
+    finally:
+        service.shutdown()
+    assert data_rows(app) == dict.fromkeys(DATA_TABLES, 0)
+    topic = client.get("/v1/topics/orders").json
+    assert topic["first_offset"] == topic["next_offset"] == committed
