@@ -31,6 +31,7 @@ from app.config import Settings
 from spark_outbox.dataset import OutputDir
 from spark_outbox.errors import EXIT_CANNOT_RUN, EXIT_FAILED, IngestError, java_reason
 from spark_outbox.footers import column_range
+from spark_outbox.gaps import EXIT_GAPS, Gap, find_gaps, past_gaps, read_first_offsets
 from spark_outbox.plan import (
     TopicRange,
     check_requested,
@@ -67,6 +68,7 @@ class RunReport:
     ranges: list[TopicRange]
     rows: dict[str, int] = field(default_factory=dict)  # as found in the written files
     recovered: list[TopicRange] = field(default_factory=list)
+    gaps: list[Gap] = field(default_factory=list)
     seconds: float = 0.0
     stages: dict[str, float] = field(default_factory=dict)  # seconds per step of the run
 
@@ -106,7 +108,9 @@ def main(settings: Settings, output_dir: str, topics: str | None) -> int:
     finally:
         spark.stop()
     print_report(report)
-    return 0
+    for gap in report.gaps:
+        print(gap.line(), file=sys.stderr, flush=True)
+    return EXIT_GAPS if report.gaps else 0
 
 
 def run(spark: SparkSession, settings: Settings, output_dir: str | Path,
@@ -137,10 +141,14 @@ def ingest(spark: SparkSession, source: JdbcSource, output_dir: str | Path,
         if recovered:
             _say("  removed the unfinished ranges of an interrupted run: "
                  + ", ".join(f"{r.topic} [{r.start}, {r.end})" for r in recovered))
+        # first offsets before watermarks: each then lies at or below its watermark
+        first_offsets = read_first_offsets(spark, source)
         watermarks = read_watermarks(spark, source)
         selected = select_topics(list(watermarks), requested)
-        ranges = plan_ranges(watermarks, output.checkpoint(), selected)
-        report = RunReport(source.display, output.root, selected, ranges, recovered=recovered)
+        gaps = find_gaps(output.checkpoint(), first_offsets, selected)
+        ranges = plan_ranges(watermarks, past_gaps(output.checkpoint(), gaps), selected)
+        report = RunReport(source.display, output.root, selected, ranges, recovered=recovered,
+                           gaps=gaps)
         report.stages["plan"] = time.monotonic() - started
         if ranges:
             total = sum(r.rows for r in ranges)
@@ -160,8 +168,10 @@ def ingest(spark: SparkSession, source: JdbcSource, output_dir: str | Path,
             output.publish(ranges)
             if fault:
                 fault("published")
-            output.commit(ranges)
+            output.commit([g.as_range() for g in gaps] + ranges)
             report.stages["publish"] = time.monotonic() - step
+        elif gaps:  # nothing to read, but the checkpoint moves past them
+            output.commit([g.as_range() for g in gaps])
     report.seconds = time.monotonic() - started
     return report
 
