@@ -9,7 +9,10 @@ measures, with the same N client threads throughout:
       producers holding a produce:<group> token), and the overhead against them off
   (e) commit latency p50/p99, open loop at half the (b) peak, with the service's RSS
   (f) the checker's due scan with 1M resolved + 1k pending vs 1k pending alone
-  plus the checker's RSS working a 100k backlog, and ``bench.ingest`` when present.
+  plus the checker's RSS working a 100k backlog, and ``bench.ingest`` when present;
+  and retention (``bench.retention``): (b) and (d) with the retention job deleting as
+  fast as they write against the same runs without it, and 10M expired rows emptied
+  under a paced load (time, worst commit latency).
 
 Results go to bench/out/results.json with the machine's description. ``--quick`` (or
 TXMSG_BENCH_QUICK=1) is a smoke run of a few seconds per phase; benchmarks measure, the
@@ -45,7 +48,8 @@ CLIENTS = 32
 
 GOALS = {"b_over_a": (">=", 0.25), "d_over_c": (">=", 0.3), "f_scan_ratio": ("<=", 1.5),
          "commit_p99_ms": ("<=", 25.0), "serve_rss_max_deviation": ("<=", 0.2),
-         "access_control_overhead_b": ("<=", 0.05), "ingest_over_plain_spark": ("<=", 1.1)}
+         "access_control_overhead_b": ("<=", 0.05), "ingest_over_plain_spark": ("<=", 1.1),
+         "b_retention_on_over_off": (">=", 0.9), "d_retention_on_over_off": (">=", 0.9)}
 
 
 @dataclass(frozen=True)
@@ -64,14 +68,18 @@ class Plan:
     checker_seconds: float = 60.0
     ingest_rows: int = 1_000_000
     ingest_rounds: int = 3         # of txmsg ingest / plain Spark job / COPY, interleaved
+    retention_rounds: int = 3
+    retention_drain_rows: int = 10_000_000
+    retention_drain_rate: float = 300.0  # pairs/s while the expired rows are emptied
     compare_gunicorn: bool = False
+    retention_only: bool = False
     quick: bool = False
 
 
 QUICK = Plan(seconds=1.5, warmup=0.5, rounds=1, paced_seconds=3.0, due_resolved=20_000,
              due_pending=1_000, due_repeats=10, checker_backlog=2_000,
              checker_reference_backlog=200, checker_seconds=3.0, ingest_rows=1_000, ingest_rounds=1,
-             quick=True)
+             retention_rounds=1, retention_drain_rows=20_000, quick=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -111,13 +119,18 @@ def _parse(argv: list[str] | None) -> tuple[Plan, Path]:
     p.add_argument("--gunicorn", action="store_true",
                    help="also run (b) on other server layouts: two workers, every route through "
                         "Flask, gunicorn gthread (needs `pip install gunicorn`)")
+    p.add_argument("--retention-only", action="store_true",
+                   help="only the retention phases (and the (b) run that paces them)")
+    p.add_argument("--drain-rows", type=int,
+                   help="expired rows to empty in the retention drain (default 10M)")
     p.add_argument("--out", type=Path, default=OUT)
     args = p.parse_args(argv)
     plan = QUICK if args.quick else Plan()
     overrides = {"clients": args.clients, "seconds": args.seconds, "rounds": args.rounds,
                  "paced_seconds": args.paced_seconds, "checker_seconds": args.checker_seconds}
+    overrides["retention_drain_rows"] = args.drain_rows
     plan = replace(plan, **{k: v for k, v in overrides.items() if v is not None},
-                   compare_gunicorn=args.gunicorn)
+                   compare_gunicorn=args.gunicorn, retention_only=args.retention_only)
     return plan, args.out
 
 
@@ -164,6 +177,8 @@ def _phases(plan: Plan, admin: str, db: str, results: dict[str, Any]) -> None:
                       if k.startswith(("a_", "c_")) or k.endswith("_on")}
     if secured is None:
         throughput = {k: v for k, v in throughput.items() if not k.endswith("_on")}
+    if plan.retention_only:
+        throughput = {}
     try:
         _throughput_rounds(plan, throughput, phase, results)
         b = results.get("b_txmsg_send_commit")
@@ -171,10 +186,20 @@ def _phases(plan: Plan, admin: str, db: str, results: dict[str, Any]) -> None:
             phase("e_commit_latency_half_peak",
                   lambda: _paced_with_memory(server, n, 0.5 * b["per_second"],
                                              plan.paced_seconds))
+        if server is not None:
+            from bench import retention
+
+            phase("retention_throughput", lambda: retention.throughput(
+                db, server, n, secs, warm, plan.retention_rounds, plan.batch_rows))
+            phase("retention_drain", lambda: retention.drain(
+                db, server, plan.retention_drain_rows, plan.retention_drain_rate, n,
+                chunk_seconds=min(10.0, plan.paced_seconds)))
     finally:
         for running in (server, secured):
             if running is not None:
                 running.stop()
+    if plan.retention_only:
+        return
     if plan.compare_gunicorn:
         phase("servers_compared", lambda: _compare_servers(db, n, secs, warm))
     from bench import due_scan
@@ -297,6 +322,10 @@ def _ratios(r: dict[str, Any]) -> dict[str, Any]:
             _get(r, "b_access_control_on", "cpu_ms_per_unit", "service"), inverse=True),
         "ingest_over_plain_spark": _get(r, "ingest", "ingest_over_plain_spark"),
         "ingest_over_copy": _get(r, "ingest", "ingest_over_copy"),
+        "b_retention_on_over_off": _get(r, "retention_throughput", "b_on_over_off"),
+        "d_retention_on_over_off": _get(r, "retention_throughput", "d_on_over_off"),
+        "retention_drain_seconds": _get(r, "retention_drain", "emptied_seconds"),
+        "retention_drain_commit_max_ms": _get(r, "retention_drain", "commit_ms_max"),
     }
 
 
@@ -322,7 +351,8 @@ def _brief(result: Any) -> str:
     if not isinstance(result, dict):
         return str(result)[:200]
     keys = ("per_second", "messages_per_second", "achieved_rate", "commit_ms", "ratio",
-            "peak_rss_ratio", "pending")
+            "peak_rss_ratio", "pending", "b_on_over_off", "d_on_over_off", "emptied_seconds",
+            "commit_ms_worst_chunk_p99", "commit_ms_max")
     return ", ".join(f"{k}={result[k]}" for k in keys if k in result)[:300]
 
 
@@ -347,6 +377,12 @@ def _summary(r: dict[str, Any], out_path: Path) -> None:
         ("(e) commit p50 / p99 ms at half peak",
          (f"{_get(r, 'e_commit_latency_half_peak', 'commit_ms', 'p50')} / "
          f"{_get(r, 'e_commit_latency_half_peak', 'commit_ms', 'p99')}")),
+        ("retention: (b) / (d) on over off",
+         (f"{_get(r, 'retention_throughput', 'b_on_over_off')} / "
+          f"{_get(r, 'retention_throughput', 'd_on_over_off')}")),
+        ("retention: expired rows emptied in s (commit max ms)",
+         (f"{_get(r, 'retention_drain', 'emptied_seconds')} "
+          f"({_get(r, 'retention_drain', 'commit_ms_max')})")),
         ("(f) due scan ms, pending only / with resolved",
          (f"{_get(r, 'f_due_scan', 'pending_only', 'median_ms')} / "
          f"{_get(r, 'f_due_scan', 'with_resolved', 'median_ms')}")),

@@ -18,13 +18,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from sqlalchemy import (
     BigInteger,
     Connection,
     Row,
     and_,
+    any_,
     case,
     delete,
     exists,
@@ -56,6 +57,13 @@ _RESOLVED = (State.COMMITTED.value, State.ROLLED_BACK.value)
 
 def _pg(conn: Connection) -> bool:
     return conn.dialect.name == "postgresql"
+
+
+def _among(conn: Connection, col: Any, ids: Sequence[int]) -> Any:
+    """``col IN ids``; on PostgreSQL ``col = ANY(:array)``: one parameter, planned once."""
+    if _pg(conn):
+        return col == any_(literal(list(ids), postgresql.ARRAY(BigInteger)))
+    return col.in_(ids)
 
 
 def _insert_ignoring_conflicts(conn: Connection, table, index_elements: list[str]):  # type: ignore[no-untyped-def]
@@ -152,16 +160,30 @@ def expired_head(conn: Connection, topic: str, first: int, cutoff: datetime,
 
 
 def expire_head(conn: Connection, topic: str, first: int, end: int) -> int:
-    """Delete ``topic``'s log rows in [first, end) and raise its first offset to ``end``;
-    their transactions are queued for ``expire_transactions``. The rows deleted."""
+    """Delete ``topic``'s log rows in [first, end) and raise its first offset to ``end``.
+    The rows deleted.
+
+    A transaction the walk over resolved transactions has already passed (see
+    ``expire_transactions``) is queued for another look. The walk's position is read
+    after the DELETE, which waits for a walk that holds these rows: so either the walk
+    saw the rows gone, or this transaction sees the position it moved to. A row
+    committed after that position cannot belong to a transaction resolved before it
+    (a transaction resolves when or after its messages enter the log), so in the usual
+    case nothing is queued and nothing joined.
+    """
     in_range = and_(message_log.c.topic == topic, message_log.c.queue_offset >= first,
                     message_log.c.queue_offset < end)
-    owners = (select(half_message.c.txn_id).distinct()
-              .join_from(message_log, half_message,
-                         half_message.c.id == message_log.c.half_message_id)
-              .where(in_range))
-    conn.execute(insert(retention_pending).from_select(["txn_id"], owners))
+    rows = conn.execute(select(message_log.c.half_message_id, message_log.c.committed_at)
+                        .where(in_range)).all()
     deleted = conn.execute(delete(message_log).where(in_range)).rowcount
+    walked_to = conn.execute(select(retention_cursor.c.resolved_at)
+                             .where(retention_cursor.c.kind == TRANSACTIONS)).scalar()
+    passed = [r.half_message_id for r in rows
+              if walked_to is not None and r.committed_at <= walked_to]
+    if passed:
+        owners = (select(half_message.c.txn_id).distinct()
+                  .where(_among(conn, half_message.c.id, passed)))
+        conn.execute(insert(retention_pending).from_select(["txn_id"], owners))
     conn.execute(update(topic_retention).where(topic_retention.c.topic == topic)
                  .values(first_offset=end))
     return deleted
@@ -227,7 +249,7 @@ def read_pending(conn: Connection, limit: int) -> list[Row]:
 
 def forget_pending(conn: Connection, ids: Sequence[int]) -> None:
     if ids:
-        conn.execute(delete(retention_pending).where(retention_pending.c.id.in_(ids)))
+        conn.execute(delete(retention_pending).where(_among(conn, retention_pending.c.id, ids)))
 
 
 class Deleted(NamedTuple):
@@ -242,24 +264,31 @@ def expire_transactions(conn: Connection, txn_ids: Sequence[int], cutoff: dateti
     log row (of any topic, the discard topic included) still refers to, with their half
     messages, op and check records.
 
-    No lock is needed between the check and the deletes: a resolved transaction never
-    changes state again, so it never gains a committed log row."""
+    A resolved transaction never changes state again, so it never gains a committed log
+    row: once none refers to it, none will."""
     if not txn_ids:
         return Deleted(0, 0, 0, 0)
-    referenced = (select(half_message.c.id)
-                  .join(message_log, message_log.c.half_message_id == half_message.c.id)
-                  .where(half_message.c.txn_id == txn.c.id))
-    gone = list(conn.execute(
-        select(txn.c.id).where(txn.c.id.in_(sorted(set(txn_ids))),
-                               txn.c.state.in_(_RESOLVED), txn.c.resolved_at < cutoff,
-                               ~referenced.exists())
-        .order_by(txn.c.id)).scalars())
+    due = list(conn.execute(
+        select(txn.c.id).where(_among(conn, txn.c.id, sorted(set(txn_ids))),
+                               txn.c.state.in_(_RESOLVED), txn.c.resolved_at < cutoff)
+    ).scalars())
+    if not due:
+        return Deleted(0, 0, 0, 0)
+    # a locking read: it waits for a topic's batch that is deleting these rows, and makes
+    # one that starts now wait for this transaction (see ``expire_head``)
+    referenced = set(conn.execute(
+        select(half_message.c.txn_id)
+        .join_from(message_log, half_message, half_message.c.id == message_log.c.half_message_id)
+        .where(_among(conn, half_message.c.txn_id, due))
+        .with_for_update(of=message_log, key_share=True)).scalars())
+    gone = [i for i in due if i not in referenced]
     if not gone:
         return Deleted(0, 0, 0, 0)
-    checks = conn.execute(delete(check_log).where(check_log.c.txn_id.in_(gone))).rowcount
-    ops = conn.execute(delete(op_log).where(op_log.c.txn_id.in_(gone))).rowcount
-    messages = conn.execute(delete(half_message).where(half_message.c.txn_id.in_(gone))).rowcount
-    txns = conn.execute(delete(txn).where(txn.c.id.in_(gone))).rowcount
+    checks = conn.execute(delete(check_log).where(_among(conn, check_log.c.txn_id, gone))).rowcount
+    ops = conn.execute(delete(op_log).where(_among(conn, op_log.c.txn_id, gone))).rowcount
+    messages = conn.execute(delete(half_message)
+                            .where(_among(conn, half_message.c.txn_id, gone))).rowcount
+    txns = conn.execute(delete(txn).where(_among(conn, txn.c.id, gone))).rowcount
     return Deleted(txns, messages, ops, checks)
 
 

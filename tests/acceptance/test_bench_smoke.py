@@ -48,6 +48,10 @@ def test_quick_bench_reports_every_figure(pg_database: str, tmp_path: Path) -> N
         return node
 
     positive("a_raw_single_insert", "per_second")
+    positive("retention_throughput", "b_on_over_off")
+    positive("retention_throughput", "d_on_over_off")
+    positive("retention_drain", "emptied_seconds")
+    positive("retention_drain", "commit_ms_max")
     positive("b_txmsg_send_commit", "per_second")
     positive("c_raw_batch_insert", "per_second")
     positive("d_txmsg_batch_send_commit", "messages_per_second")
