@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: install system-deps demo test lint bench clean
+.PHONY: install system-deps demo test lint bench soak clean
 
 $(VENV)/.installed: pyproject.toml clients/python/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -30,6 +30,10 @@ lint: $(VENV)/.installed
 
 bench: install
 	$(PY) -m bench.run --gunicorn
+
+# 10 minutes of steady traffic with a 60 s retention: row counts, disk, RSS every 30 s
+soak: install
+	$(PY) -m bench.soak
 
 clean:
 	rm -rf $(VENV) var bench/out

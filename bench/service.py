@@ -88,13 +88,14 @@ class Server:
         self.stop()
 
 
-def serve(database_url: str, **settings: object) -> Server:
-    """``txmsg serve --no-checker --no-migrate`` with TXMSG_* overrides (web_workers=...)."""
+def serve(database_url: str, *, checker: bool = False, **settings: object) -> Server:
+    """``txmsg serve --no-migrate`` (with ``--no-checker`` unless ``checker``), with
+    TXMSG_* overrides (web_workers=...)."""
     port = free_port()
     env = clean_env(TXMSG_DATABASE_URL=database_url,
                     **{f"TXMSG_{k.upper()}": str(v) for k, v in settings.items()})
-    argv = [*txmsg_command(), "--log-level", "WARNING", "serve", "--no-checker", "--no-migrate",
-            "--port", str(port)]
+    argv = [*txmsg_command(), "--log-level", "WARNING", "serve", "--no-migrate",
+            *(() if checker else ("--no-checker",)), "--port", str(port)]
     return Server(argv, env, port, "serve", database_name(database_url))
 
 
