@@ -38,6 +38,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import postgresql, sqlite
 
+from app.storage.bulk import is_pg
 from app.storage.schema import (
     UTCDateTime,
     check_log,
@@ -55,19 +56,15 @@ from app.vocabulary import State
 _RESOLVED = (State.COMMITTED.value, State.ROLLED_BACK.value)
 
 
-def _pg(conn: Connection) -> bool:
-    return conn.dialect.name == "postgresql"
-
-
 def _among(conn: Connection, col: Any, ids: Sequence[int]) -> Any:
     """``col IN ids``; on PostgreSQL ``col = ANY(:array)``: one parameter, planned once."""
-    if _pg(conn):
+    if is_pg(conn):
         return col == any_(literal(list(ids), postgresql.ARRAY(BigInteger)))
     return col.in_(ids)
 
 
 def _insert_ignoring_conflicts(conn: Connection, table, index_elements: list[str]):  # type: ignore[no-untyped-def]
-    dialect = postgresql if _pg(conn) else sqlite
+    dialect = postgresql if is_pg(conn) else sqlite
     return dialect.insert(table).on_conflict_do_nothing(index_elements=index_elements)
 
 
