@@ -52,11 +52,13 @@ def read_first_offsets(spark: SparkSession, source: JdbcSource) -> dict[str, int
 
 
 def find_gaps(checkpoint: Mapping[str, int], first_offsets: Mapping[str, int],
-              topics: Sequence[str]) -> list[Gap]:
-    """Per topic, the offsets from its checkpoint up to its first retained offset."""
+              watermarks: Mapping[str, int], topics: Sequence[str]) -> list[Gap]:
+    """Per topic, the offsets from its checkpoint up to its first retained offset (read
+    after the watermark, so no further than the watermark: the run reads up to it)."""
     gaps = []
     for topic in topics:
-        done, first = checkpoint.get(topic, 0), first_offsets.get(topic, 0)
+        done = checkpoint.get(topic, 0)
+        first = min(first_offsets.get(topic, 0), watermarks.get(topic, 0))
         if first > done:
             gaps.append(Gap(topic, done, first))
     return gaps

@@ -141,11 +141,10 @@ def ingest(spark: SparkSession, source: JdbcSource, output_dir: str | Path,
         if recovered:
             _say("  removed the unfinished ranges of an interrupted run: "
                  + ", ".join(f"{r.topic} [{r.start}, {r.end})" for r in recovered))
-        # first offsets before watermarks: each then lies at or below its watermark
-        first_offsets = read_first_offsets(spark, source)
         watermarks = read_watermarks(spark, source)
         selected = select_topics(list(watermarks), requested)
-        gaps = find_gaps(output.checkpoint(), first_offsets, selected)
+        gaps = find_gaps(output.checkpoint(), read_first_offsets(spark, source), watermarks,
+                         selected)
         ranges = plan_ranges(watermarks, past_gaps(output.checkpoint(), gaps), selected)
         report = RunReport(source.display, output.root, selected, ranges, recovered=recovered,
                            gaps=gaps)

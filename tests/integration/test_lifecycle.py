@@ -139,7 +139,7 @@ def test_paging_by_offset(client) -> None:  # type: ignore[no-untyped-def]
     page = client.get("/v1/topics/p/messages?from_offset=3&limit=100").json
     assert [m["offset"] for m in page["messages"]] == [3, 4] and page["next_offset"] == 5
     assert client.get("/v1/topics/p/messages?from_offset=9").json == {
-        "topic": "p", "messages": [], "next_offset": 9}
+        "topic": "p", "messages": [], "next_offset": 9, "first_offset": 0}
     assert client.get("/v1/topics/unknown/messages").json["messages"] == []
 
 

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -87,3 +90,17 @@ def data_files(path: Path) -> list[str]:
     """The dataset's files as "topic=T/name" (the commit_date level is today's date)."""
     return sorted(f"{f.parent.parent.name}/{f.name}" for f in path.glob("topic=*/commit_date=*/*")
                   if not f.name.startswith((".", "_")))
+
+
+TXMSG = str(Path(sys.executable).parent / "txmsg")
+
+
+def ingest_env(database_url: str, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TXMSG_")}
+    env.update(TXMSG_DATABASE_URL=database_url, **extra)
+    return env
+
+
+def run_ingest(env: dict[str, str], out: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([TXMSG, "ingest", "--output", str(out), *args], env=env,
+                          capture_output=True, text=True, timeout=240, check=False)

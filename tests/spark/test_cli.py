@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -14,27 +13,24 @@ from pyspark.sql import Row
 from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
 
-from tests.spark.helpers import FAST_START_JVM, checkpoint, commit, read_lake, register, send
-
-TXMSG = str(Path(sys.executable).parent / "txmsg")
-
-
-def _env(database_url: str, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TXMSG_")}
-    env.update(TXMSG_DATABASE_URL=database_url, **extra)
-    return env
-
-
-def _ingest(env: dict[str, str], out: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([TXMSG, "ingest", "--output", str(out), *args], env=env,
-                          capture_output=True, text=True, timeout=240, check=False)
+from tests.spark.helpers import (
+    FAST_START_JVM,
+    TXMSG,
+    checkpoint,
+    commit,
+    ingest_env,
+    read_lake,
+    register,
+    run_ingest,
+    send,
+)
 
 
 @pytest.mark.parametrize("case", ["no-java", "no-driver", "no-database-file"])
 def test_what_is_missing_is_one_line_and_a_nonzero_exit(tmp_path: Path, case: str) -> None:
     db = tmp_path / "txmsg.db"
     db.write_bytes(b"")
-    env = _env(f"sqlite:///{db}")
+    env = ingest_env(f"sqlite:///{db}")
     if case == "no-java":
         env.pop("JAVA_HOME", None)
         env["PATH"] = str(tmp_path)  # no java there
@@ -46,7 +42,7 @@ def test_what_is_missing_is_one_line_and_a_nonzero_exit(tmp_path: Path, case: st
         env["TXMSG_DATABASE_URL"] = f"sqlite:///{tmp_path / 'absent.db'}"
         expected = f"txmsg ingest: database file {tmp_path / 'absent.db'} does not exist"
 
-    done = _ingest(env, tmp_path / "lake")
+    done = run_ingest(env, tmp_path / "lake")
 
     assert done.returncode == 2
     assert done.stderr.startswith(expected) and done.stderr.count("\n") == 1, done.stderr
@@ -63,7 +59,7 @@ def test_ingest_killed_midway_then_rerun_is_exact_and_prints_rows_per_topic(
          *[{"topic": "payments", "body": f"p{i}"} for i in range(10)])
     commit(client, "tx-1")
     out = tmp_path / "lake"
-    env = _env(database_url, JAVA_TOOL_OPTIONS=FAST_START_JVM)
+    env = ingest_env(database_url, JAVA_TOOL_OPTIONS=FAST_START_JVM)
 
     # the first run is killed (SIGKILL, JVM included) while Spark writes its data
     with open(tmp_path / "first.log", "w") as log:
@@ -81,7 +77,7 @@ def test_ingest_killed_midway_then_rerun_is_exact_and_prints_rows_per_topic(
             first.wait(timeout=30)
     assert (out / "_pending.json").exists() and not (out / "_checkpoint.json").exists()
 
-    done = _ingest(env, out)
+    done = run_ingest(env, out)
 
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()

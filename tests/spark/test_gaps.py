@@ -16,15 +16,23 @@ from app.domain.retention import Retention
 from spark_outbox.gaps import Gap, find_gaps, past_gaps
 from spark_outbox.job import run
 from tests.conftest import make_settings
-from tests.spark.helpers import FAST_START_JVM, checkpoint, commit, read_lake, register, send
-from tests.spark.test_cli import _env, _ingest
+from tests.spark.helpers import (
+    FAST_START_JVM,
+    checkpoint,
+    commit,
+    ingest_env,
+    read_lake,
+    register,
+    run_ingest,
+    send,
+)
 
 
 def test_a_gap_is_what_lies_between_the_checkpoint_and_the_first_retained_offset() -> None:
-    gaps = find_gaps({"a": 5, "b": 7, "c": 2}, {"a": 9, "b": 7, "c": 0, "d": 4},
-                     ["a", "b", "c", "d", "e"])
-    assert gaps == [Gap("a", 5, 9), Gap("d", 0, 4)]
-    assert past_gaps({"a": 5, "b": 7}, gaps) == {"a": 9, "b": 7, "d": 4}
+    gaps = find_gaps({"a": 5, "b": 7, "c": 2}, {"a": 9, "b": 7, "c": 0, "d": 4, "f": 8},
+                     {"a": 12, "b": 9, "c": 3, "d": 4, "f": 6}, ["a", "b", "c", "d", "e", "f"])
+    assert gaps == [Gap("a", 5, 9), Gap("d", 0, 4), Gap("f", 0, 6)]
+    assert past_gaps({"a": 5, "b": 7}, gaps) == {"a": 9, "b": 7, "d": 4, "f": 6}
     assert gaps[0].line() == "txmsg ingest: GAP a offsets 5..8 (4 messages expired before ingestion)"
 
 
@@ -79,13 +87,13 @@ def test_the_cli_prints_one_gap_line_per_range_and_exits_3(
     _commit(client, "orders", 4, "a")
     _expire_everything(app)
     _commit(client, "orders", 1, "b")
-    env = _env(database_url, JAVA_TOOL_OPTIONS=FAST_START_JVM)
+    env = ingest_env(database_url, JAVA_TOOL_OPTIONS=FAST_START_JVM)
 
-    done: subprocess.CompletedProcess[str] = _ingest(env, tmp_path / "lake")
+    done: subprocess.CompletedProcess[str] = run_ingest(env, tmp_path / "lake")
 
     assert done.returncode == 3, done.stderr
     gap_lines = [line for line in done.stderr.splitlines() if " GAP " in line]
     assert gap_lines == [
         "txmsg ingest: GAP orders offsets 0..3 (4 messages expired before ingestion)"]
     assert checkpoint(tmp_path / "lake") == {"orders": 5}
-    assert _ingest(env, tmp_path / "lake").returncode == 0
+    assert run_ingest(env, tmp_path / "lake").returncode == 0
