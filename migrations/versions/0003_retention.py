@@ -1,8 +1,8 @@
 """Retention: each topic's first retained offset and retention, the walk over resolved
 transactions, and the partial index it walks.
 
-Revision ID: 0002_retention
-Revises: 0001
+Revision ID: 0003_retention
+Revises: 0002_tokens
 Create Date: 2026-11-30
 """
 
@@ -13,8 +13,8 @@ from alembic import op
 
 from app.storage.schema import UTCDateTime
 
-revision = "0002_retention"
-down_revision = "0001"
+revision = "0003_retention"
+down_revision = "0002_tokens"
 branch_labels = None
 depends_on = None
 
