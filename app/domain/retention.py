@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
-from sqlalchemy import Engine, Row
+from sqlalchemy import Engine
 
 from app import metrics
 from app.config import Settings
@@ -36,6 +36,7 @@ from app.domain.messages import TopicRetentionIn
 from app.errors import NotFound
 from app.storage import retention as store
 from app.storage.db import wraps_db_errors, write_transaction
+from app.storage.schema import AnyRow
 
 log = logging.getLogger(__name__)
 
@@ -142,11 +143,11 @@ class Retention:
 
 
 class _Batch(NamedTuple):
-    rows: list[Row]
+    rows: list[AnyRow]
     more: bool  # rows were left for the next batch
 
 
-def _fill(rows: list[Row], messages: int) -> _Batch:
+def _fill(rows: list[AnyRow], messages: int) -> _Batch:
     """The first of ``rows`` (read with LIMIT ``messages``) whose transactions hold
     ``messages`` messages in all, at least one row: a batch is bounded by the rows it
     deletes, not by its transactions."""

@@ -23,7 +23,6 @@ from typing import Any, NamedTuple
 from sqlalchemy import (
     BigInteger,
     Connection,
-    Row,
     and_,
     any_,
     case,
@@ -40,6 +39,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 
 from app.storage.bulk import is_pg
 from app.storage.schema import (
+    AnyRow,
     UTCDateTime,
     check_log,
     half_message,
@@ -122,7 +122,7 @@ def topic_names(conn: Connection) -> list[str]:
                 .scalars())
 
 
-def lock_topic(conn: Connection, topic: str) -> Row | None:
+def lock_topic(conn: Connection, topic: str) -> AnyRow | None:
     """The topic's retention row, locked for this batch; None if another process holds it."""
     stmt = (select(topic_retention.c.first_offset, topic_retention.c.retention_seconds)
             .where(topic_retention.c.topic == topic)
@@ -186,7 +186,7 @@ def expire_head(conn: Connection, topic: str, first: int, end: int) -> int:
     return deleted
 
 
-def oldest_retained(conn: Connection) -> list[Row]:
+def oldest_retained(conn: Connection) -> list[AnyRow]:
     """Each topic with a retained message and the commit time of its first retained one
     (one primary-key lookup per topic)."""
     first = func.coalesce(topic_retention.c.first_offset, 0)
@@ -222,7 +222,7 @@ def move_cursor(conn: Connection, resolved_at: datetime, txn_id: int) -> None:
 
 
 def walk_resolved(conn: Connection, after: tuple[datetime, int], cutoff: datetime,
-                  limit: int) -> list[Row]:
+                  limit: int) -> list[AnyRow]:
     """Resolved transactions past ``after`` in (resolved_at, id) order, resolved before
     ``cutoff`` (on the partial index ``ix_txn_resolved``)."""
     stmt = (select(txn.c.id, txn.c.resolved_at, txn.c.message_count)
@@ -233,7 +233,7 @@ def walk_resolved(conn: Connection, after: tuple[datetime, int], cutoff: datetim
     return list(conn.execute(stmt))
 
 
-def read_pending(conn: Connection, limit: int) -> list[Row]:
+def read_pending(conn: Connection, limit: int) -> list[AnyRow]:
     """Queued transactions, oldest first: (id of the queue row, txn_id, message_count),
     the count 0 when the transaction is gone already."""
     stmt = (select(retention_pending.c.id, retention_pending.c.txn_id,
