@@ -1,7 +1,7 @@
 """Offsets that retention deleted before ingestion read them.
 
-Each topic's ``first_offset`` (the lowest offset still retained, from the
-``topic_watermarks`` view) is read with the watermarks. A topic whose checkpoint is below
+Each topic's ``first_offset`` (the lowest offset still retained) is read with its
+watermark, from the ``topic_watermarks`` view. A topic whose checkpoint is below
 it lost the offsets in between: that range is reported as a gap, the run reads from
 ``first_offset`` on, and the checkpoint moves past the gap. Retention deleting more while
 the run reads shows as a range with rows missing at its start, which the run refuses
@@ -13,14 +13,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from pyspark.sql import SparkSession
-
-from spark_outbox.errors import IngestError, java_reason
 from spark_outbox.plan import TopicRange
-from spark_outbox.source import JdbcSource
 
 EXIT_GAPS = 3  # the run succeeded, but some offsets had expired before it read them
-FIRST_OFFSETS_TABLE = "(SELECT topic, first_offset FROM topic_watermarks) first_offsets"
 
 
 @dataclass(frozen=True)
@@ -42,19 +37,10 @@ class Gap:
         return TopicRange(self.topic, self.start, self.end)
 
 
-def read_first_offsets(spark: SparkSession, source: JdbcSource) -> dict[str, int]:
-    try:
-        rows = (spark.read.format("jdbc").options(**source.options())
-                .option("dbtable", FIRST_OFFSETS_TABLE).load().collect())
-    except Exception as exc:  # noqa: BLE001 - as read_watermarks
-        raise IngestError(f"cannot read the topics' first offsets: {java_reason(exc)}") from None
-    return {r["topic"]: int(r["first_offset"]) for r in rows}
-
-
 def find_gaps(checkpoint: Mapping[str, int], first_offsets: Mapping[str, int],
               watermarks: Mapping[str, int], topics: Sequence[str]) -> list[Gap]:
-    """Per topic, the offsets from its checkpoint up to its first retained offset (read
-    after the watermark, so no further than the watermark: the run reads up to it)."""
+    """Per topic, the offsets from its checkpoint up to its first retained offset (never
+    past the watermark, up to which the run reads)."""
     gaps = []
     for topic in topics:
         done = checkpoint.get(topic, 0)

@@ -31,7 +31,7 @@ from app.config import Settings
 from spark_outbox.dataset import OutputDir
 from spark_outbox.errors import EXIT_CANNOT_RUN, EXIT_FAILED, IngestError, java_reason
 from spark_outbox.footers import column_range
-from spark_outbox.gaps import EXIT_GAPS, Gap, find_gaps, past_gaps, read_first_offsets
+from spark_outbox.gaps import EXIT_GAPS, Gap, find_gaps, past_gaps
 from spark_outbox.plan import (
     TopicRange,
     check_requested,
@@ -141,10 +141,9 @@ def ingest(spark: SparkSession, source: JdbcSource, output_dir: str | Path,
         if recovered:
             _say("  removed the unfinished ranges of an interrupted run: "
                  + ", ".join(f"{r.topic} [{r.start}, {r.end})" for r in recovered))
-        watermarks = read_watermarks(spark, source)
+        watermarks, first_offsets = read_watermarks(spark, source)
         selected = select_topics(list(watermarks), requested)
-        gaps = find_gaps(output.checkpoint(), read_first_offsets(spark, source), watermarks,
-                         selected)
+        gaps = find_gaps(output.checkpoint(), first_offsets, watermarks, selected)
         ranges = plan_ranges(watermarks, past_gaps(output.checkpoint(), gaps), selected)
         report = RunReport(source.display, output.root, selected, ranges, recovered=recovered,
                            gaps=gaps)
@@ -175,8 +174,10 @@ def ingest(spark: SparkSession, source: JdbcSource, output_dir: str | Path,
     return report
 
 
-def read_watermarks(spark: SparkSession, source: JdbcSource) -> dict[str, int]:
-    """Each topic's next offset, read once at the start of the run."""
+def read_watermarks(spark: SparkSession,
+                    source: JdbcSource) -> tuple[dict[str, int], dict[str, int]]:
+    """Each topic's next offset and its first retained offset (``spark_outbox.gaps``),
+    read once at the start of the run."""
     try:
         rows = (spark.read.format("jdbc").options(**source.options())
                 .option("dbtable", WATERMARKS_TABLE).load().collect())
@@ -189,7 +190,8 @@ def read_watermarks(spark: SparkSession, source: JdbcSource) -> dict[str, int]:
             hint = " (is the schema migrated? `txmsg migrate`)"
         raise IngestError(f"cannot read the database {source.display}: {reason}{hint}",
                           EXIT_FAILED) from None
-    return {r["topic"]: int(r["next_offset"]) for r in rows}
+    return ({r["topic"]: int(r["next_offset"]) for r in rows},
+            {r["topic"]: int(r["first_offset"]) for r in rows})
 
 
 def extract(spark: SparkSession, source: JdbcSource, ranges: Sequence[TopicRange], *,

@@ -40,7 +40,8 @@ POSTGRESQL_SCHEMA = SQLITE_SCHEMA.replace("created_at STRING, committed_at STRIN
 # Spark session's time zone is.
 _SQLITE_TIMESTAMPS = "created_at || 'Z' AS created_at, committed_at || 'Z' AS committed_at"
 _POSTGRESQL_TIMESTAMPS = "created_at, committed_at"
-WATERMARKS_TABLE = "(SELECT topic, next_offset FROM topic_watermarks) watermarks"
+WATERMARKS_TABLE = ("(SELECT topic, next_offset, first_offset FROM topic_watermarks) "
+                    "watermarks")
 _COLUMNS = ("topic, queue_offset, message_id, transaction_id, producer_group, keys, tag, "
             "properties, body, body_bytes, {timestamps}")
 
