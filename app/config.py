@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
-from typing import Literal
+import ipaddress
+from typing import Annotated, Literal
 
-from pydantic import Field, SecretStr, ValidationInfo, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, IPvAnyNetwork, SecretStr, ValidationInfo, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 DEFAULT_DATABASE_URL = "sqlite:///var/txmsg.db"
 MIN_ADMIN_TOKEN_LENGTH = 16
+# link-local and cloud metadata, unspecified, multicast (the contract's default)
+DEFAULT_CALLBACK_DENIED_NETWORKS = (
+    "0.0.0.0/8,169.254.0.0/16,100.100.100.200/32,224.0.0.0/4,240.0.0.0/4,"
+    "::/128,fe80::/10,fd00:ec2::254/128,ff00::/8")
+
+# CIDRs, comma-separated in the environment
+Networks = Annotated[list[IPvAnyNetwork], NoDecode]
 
 
 class Settings(BaseSettings):
@@ -35,6 +43,14 @@ class Settings(BaseSettings):
     retention_seconds: int = Field(259_200, ge=1)
     retention_interval_seconds: float = Field(60, gt=0)
     retention_batch_size: int = Field(2000, ge=1)
+
+    # signed check callbacks: after a rotation the previous secret signs too, this long
+    signing_secret_overlap_seconds: int = Field(86400, ge=0)
+    # callback address policy (app.domain.callback_policy): never these; when the allowed
+    # list is not empty, only those
+    callback_denied_networks: Networks = Field(default_factory=lambda: [
+        ipaddress.ip_network(n) for n in _networks(DEFAULT_CALLBACK_DENIED_NETWORKS)])
+    callback_allowed_networks: Networks = Field(default_factory=list)
 
     # database connection pool (PostgreSQL); SQLite uses one pooled connection per thread
     db_pool_size: int = Field(10, ge=1)
@@ -122,6 +138,15 @@ class Settings(BaseSettings):
     def access_control(self) -> bool:
         return self.admin_token is not None
 
+    @field_validator("callback_denied_networks", "callback_allowed_networks", mode="before")
+    @classmethod
+    def _split_networks(cls, value: object) -> object:
+        return _networks(value) if isinstance(value, str) else value
+
     @property
     def is_sqlite(self) -> bool:
         return self.database_url.startswith("sqlite")
+
+
+def _networks(text: str) -> list[str]:
+    return [part.strip() for part in text.split(",") if part.strip()]

@@ -50,4 +50,5 @@ class CheckResult(StrEnum):
     HTTP_ERROR = "HTTP_ERROR"
     TIMEOUT = "TIMEOUT"
     REFUSED = "REFUSED"
+    BLOCKED = "BLOCKED"
     NO_CALLBACK = "NO_CALLBACK"

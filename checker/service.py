@@ -26,7 +26,6 @@ import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 
 from apscheduler.executors.pool import ThreadPoolExecutor as JobExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
@@ -34,6 +33,7 @@ from sqlalchemy import Engine
 
 from app import metrics
 from app.config import Settings
+from app.domain.callback_policy import CallbackPolicy
 from app.domain.checks import DB_ERRORS, Checks, Claim
 from app.domain.lifecycle import utcnow
 from app.domain.retention import Retention
@@ -68,6 +68,7 @@ class CheckService:
         self.owner = f"{socket.gethostname()[:40]}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.checks = Checks(settings, self.owner, engine)
         self.retention = Retention(self.checks.engine, settings)
+        self._policy = CallbackPolicy.from_settings(settings)
         self._pool = ThreadPoolExecutor(settings.checker_concurrency,
                                         thread_name_prefix="txmsg-check")
         self._busy = 0
@@ -176,20 +177,20 @@ class CheckService:
 
     def check(self, claim: Claim) -> None:
         """Deliver check number ``claim.number`` of a claimed transaction and record it."""
-        payload = self.checks.payload(claim)
-        if payload is None:
+        delivery = self.checks.delivery(claim)
+        if delivery is None:
             return
         started = time.perf_counter()
-        answer = callback.ask(self._session(), claim.urls, payload, claim.timeout)
+        answer = self._caller().ask(claim.urls, delivery.body, claim.timeout, delivery.signer)
         self._log(claim, answer, time.perf_counter() - started)
         self.checks.record(claim, result=answer.result.value, resolution=answer.resolution,
                            url=answer.url, detail=answer.detail)
 
-    def _session(self) -> Any:
-        session = getattr(self._local, "session", None)
-        if session is None:
-            session = self._local.session = callback.new_session()
-        return session
+    def _caller(self) -> callback.Caller:
+        caller = getattr(self._local, "caller", None)
+        if caller is None:
+            caller = self._local.caller = callback.Caller(self._policy)
+        return caller
 
     def _log(self, claim: Claim, answer: Answer, seconds: float) -> None:
         """The check's log line and duration metric (the result is counted once recorded)."""

@@ -87,8 +87,10 @@ def main() -> int:
         wait_for(lambda: _ready(base), timeout=60)
         say(f"txmsg serve is up at {base} (SQLite {VAR / 'txmsg.db'}, check service embedded)")
         producer = Producer(base, "order-service")
-        say("register the producer group's check callback",
-            producer.register([check_url], check_timeout_ms=1000))
+        registration = producer.register([check_url], check_timeout_ms=1000)
+        say("register the producer group's check callback", registration)
+        callback.signing_secret = registration["signing_secret"]
+        say("   the callback now answers only checks signed with the group's signing_secret")
 
         sent = producer.send(message("orders", '{"order": 1, "total": 42}', keys=["order-1"],
                                      tag="created"), transaction_id="order-1")

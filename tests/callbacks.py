@@ -21,11 +21,20 @@ from tests.conftest import free_port
 
 
 @dataclass(frozen=True)
+class Delivery:
+    """A check as it arrived: its headers and the exact bytes of its body."""
+
+    headers: dict[str, str]
+    body: bytes
+
+
+@dataclass(frozen=True)
 class Reply:
     status: int = 200
     body: bytes = b""
     hang: threading.Event | None = None  # block until set (bounded by HANG_LIMIT)
     delay: float = 0.0
+    headers: dict[str, str] | None = None  # e.g. a redirect's Location
 
 
 HANG_LIMIT = 60.0
@@ -47,6 +56,7 @@ class CallbackServer:
     def __init__(self, reply: Callable[[dict[str, Any]], Reply] | Reply) -> None:
         self.reply = reply if callable(reply) else (lambda _check: reply)
         self.checks: list[dict[str, Any]] = []
+        self.deliveries: list[Delivery] = []
         self.overlaps: list[tuple[str, int]] = []
         self._in_flight: dict[str, int] = {}
         self._lock = threading.Lock()
@@ -59,10 +69,13 @@ class CallbackServer:
 
     def _app(self, environ: dict, start_response: Callable) -> Any:
         request = Request(environ)
-        check = json.loads(request.get_data())
+        raw = request.get_data()
+        check = json.loads(raw)
         key = f"{check['producer_group']}/{check['transaction_id']}"
         with self._lock:
             self.checks.append(check)
+            self.deliveries.append(Delivery({k.lower(): v for k, v in request.headers.items()},
+                                            raw))
             if self._in_flight.get(key):
                 self.overlaps.append((key, check["check_times"]))
             self._in_flight[key] = self._in_flight.get(key, 0) + 1
@@ -75,7 +88,7 @@ class CallbackServer:
                     reply.hang.wait(0.05)
             if reply.delay:
                 time.sleep(reply.delay)
-            return Response(reply.body, status=reply.status,
+            return Response(reply.body, status=reply.status, headers=reply.headers,
                             mimetype="application/json")(environ, start_response)
         finally:
             with self._lock:
@@ -95,6 +108,12 @@ class CallbackServer:
     def received(self, transaction_id: str) -> list[dict[str, Any]]:
         with self._lock:
             return [c for c in self.checks if c["transaction_id"] == transaction_id]
+
+    def delivered(self, transaction_id: str) -> list[Delivery]:
+        """The deliveries of one transaction's checks, in arrival order."""
+        with self._lock:
+            return [d for c, d in zip(self.checks, self.deliveries, strict=True)
+                    if c["transaction_id"] == transaction_id]
 
     def close(self) -> None:
         self.released.set()

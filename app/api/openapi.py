@@ -114,6 +114,7 @@ _ERROR_DESCRIPTIONS = {
     "503": "Database unavailable (`database_unavailable`).",
 }
 _GROUP_CODES = "invalid_producer_group"
+_CALLBACK_URL_CODES = "invalid_callback_url, callback_url_not_allowed"
 _TXN_PATH_CODES = "invalid_producer_group, invalid_transaction_id"
 _BODY_CODES = ("invalid_json, invalid_body_type, missing_field, unknown_field, invalid_type, "
                "invalid_length, invalid_value, out_of_range")
@@ -168,7 +169,7 @@ class _Builder:
                     "putProducerGroup", "producer-groups",
                     "Register (or replace) a producer group's check callbacks",
                     {"200": self.answer(ProducerGroup, "The stored registration.")},
-                    {"400": f"{_GROUP_CODES}, {_BODY_CODES}, invalid_check_url",
+                    {"400": f"{_GROUP_CODES}, {_BODY_CODES}, {_CALLBACK_URL_CODES}",
                      "413": "payload_too_large", **_DB},
                     body=ProducerGroupIn,
                     examples={"two_instances": {
@@ -176,13 +177,24 @@ class _Builder:
                                        "http://10.0.0.6:8000/txmsg/check"],
                         "check_timeout_ms": 3000}}),
                 "get": op(
-                    "getProducerGroup", "producer-groups", "A producer group's registration",
+                    "getProducerGroup", "producer-groups",
+                    "A producer group's registration, with its signing secret",
                     {"200": ProducerGroup},
                     {"400": _GROUP_CODES, "404": "producer_group_not_found", **_DB}),
                 "delete": op(
                     "deleteProducerGroup", "producer-groups",
                     "Remove a registration (its transactions stay and resolve as usual)",
                     {"204": {"description": "Removed."}},
+                    {"400": _GROUP_CODES, "404": "producer_group_not_found", **_DB}),
+            },
+            "/v1/producer-groups/{group}/signing-secret/rotate": {
+                "parameters": _parameter_refs("group"),
+                "post": op(
+                    "rotateSigningSecret", "producer-groups",
+                    "A new signing secret; the previous one signs too for "
+                    "TXMSG_SIGNING_SECRET_OVERLAP_SECONDS",
+                    {"200": self.answer(ProducerGroup,
+                                        "The registration with its new signing secret.")},
                     {"400": _GROUP_CODES, "404": "producer_group_not_found", **_DB}),
             },
             "/v1/producer-groups/{group}/transactions": {
@@ -197,7 +209,7 @@ class _Builder:
                     {"400": f"{_GROUP_CODES}, {_BODY_CODES}, invalid_topic, reserved_topic, "
                             "invalid_body, invalid_base64, too_many_properties, "
                             "properties_too_large, invalid_tag, invalid_transaction_id, "
-                            "invalid_check_url",
+                            f"{_CALLBACK_URL_CODES}",
                      "409": "transaction_id_conflict",
                      "413": "body_too_large, payload_too_large",
                      "422": "unregistered_producer_group", **_DB},
@@ -402,9 +414,27 @@ class _Builder:
                 "summary": "Check: the service asks the producer what became of a transaction",
                 "description": (
                     "POSTed to the transaction's `check_url` first, then to the group's "
-                    "`check_urls` in order, moving on after a timeout, refused connection "
-                    "or non-2xx; the first 2xx answer decides. A timeout, refused "
-                    "connection, non-2xx or unreadable answer counts as UNKNOWN."),
+                    "`check_urls` in order, moving on after a timeout, refused connection, "
+                    "non-2xx (redirects are not followed) or an address the callback "
+                    "address policy refuses; the first 2xx answer decides. A timeout, "
+                    "refused connection, non-2xx or unreadable answer counts as UNKNOWN.\n\n"
+                    "Signed the Standard Webhooks way: verify `webhook-signature` with the "
+                    "group's `signing_secret` (any Standard Webhooks library does), and "
+                    "refuse a `webhook-timestamp` more than 5 minutes away from now."),
+                "parameters": [
+                    {"name": "webhook-id", "in": "header", "required": True,
+                     "schema": {"type": "string"},
+                     "description": "One per check; the same when a check is delivered "
+                                    "again (an idempotency key)."},
+                    {"name": "webhook-timestamp", "in": "header", "required": True,
+                     "schema": {"type": "string", "pattern": "^[0-9]+$"},
+                     "description": "Unix seconds, when this delivery was made."},
+                    {"name": "webhook-signature", "in": "header", "required": True,
+                     "schema": {"type": "string"},
+                     "description": "`v1,<base64 HMAC-SHA256 of {id}.{timestamp}.{body}>`, "
+                                    "space-separated: one per secret in force (two during "
+                                    "a rotation's overlap)."},
+                ],
                 "requestBody": {"required": True,
                                 "content": {JSON: {"schema": self.components.schema(
                                     CheckRequest)}}},

@@ -16,7 +16,7 @@ from pydantic import ConfigDict, Field, with_config
 from typing_extensions import TypedDict  # pydantic needs this one before Python 3.12
 
 from app.api.http import MAX_INT64
-from app.domain.messages import MAX_CHECK_URLS, Body, BodyBase64, HttpUrl, Keys, Properties, Tag
+from app.domain.messages import MAX_CHECK_URLS, Body, BodyBase64, CallbackUrl, Keys, Properties, Tag
 from app.domain.names import DISCARD_TOPIC, GroupName, TopicName, TransactionId
 from app.domain.tokens import Scope, TokenId
 from app.vocabulary import Resolution, State
@@ -30,7 +30,7 @@ _ONE_BODY = ConfigDict(extra="forbid", json_schema_extra={
 Timestamp = Annotated[datetime, Field(description="RFC 3339, UTC.")]
 MessageId = Annotated[str, Field(description="Server-generated, globally unique.")]
 Offset = Annotated[int, Field(ge=0, le=MAX_INT64, description="Dense per topic, from 0.")]
-CheckUrls = Annotated[list[HttpUrl], Field(min_length=1, max_length=MAX_CHECK_URLS)]
+CheckUrls = Annotated[list[CallbackUrl], Field(min_length=1, max_length=MAX_CHECK_URLS)]
 CheckTimeoutMs = Annotated[int, Field(ge=100, le=60000)]
 
 
@@ -39,6 +39,11 @@ class ProducerGroup(TypedDict):
     producer_group: GroupName
     check_urls: CheckUrls
     check_timeout_ms: CheckTimeoutMs
+    signing_secret: Annotated[str, Field(pattern="^whsec_[A-Za-z0-9+/]+={0,2}$", description=(
+        "Signs the group's check callbacks (Standard Webhooks, HMAC-SHA256); made at the "
+        "first registration, kept until rotated."))]
+    previous_secret_expires_at: Annotated[datetime | None, Field(description=(
+        "After a rotation: until then the previous secret signs the callbacks too."))]
     created_at: Timestamp
     updated_at: Timestamp
 

@@ -25,7 +25,8 @@ def parse_send(lifecycle: Lifecycle, group: str, raw: bytes) -> TransactionIn:
     ``send_answer`` and ``check_finish``.
     """
     check_group_name(group)
-    return parse_transaction(parse_json(raw), max_body_bytes=lifecycle.settings.max_body_bytes)
+    return parse_transaction(parse_json(raw), max_body_bytes=lifecycle.settings.max_body_bytes,
+                             callback_policy=lifecycle.callback_policy)
 
 
 def send_answer(result: SendResult) -> tuple[dict[str, Any], int]:

@@ -8,8 +8,8 @@ what makes checks correct across processes, not there being one checker. Answers
 through ``Lifecycle.finish``, the API's own code path.
 
 The checker (``checker.service``) schedules these steps and makes the HTTP calls:
-``Checks.claim``, then per claim ``Checks.payload``, the call, ``Checks.record``, and
-``Checks.done`` once the claim is over.
+``Checks.claim``, then per claim ``Checks.delivery`` (the body and what signs it), the
+call, ``Checks.record``, and ``Checks.done`` once the claim is over.
 
 Groups share a checker fairly (``Shares``): each has at most ``checker_group_concurrency``
 checks in flight in one checker, and a claim passes over groups at that cap, so a group
@@ -26,21 +26,23 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine
 from sqlalchemy import exc as sa_exc
 
 from app import metrics
 from app.config import Settings
+from app.domain import signing
 from app.domain.lifecycle import Lifecycle, utcnow
 from app.domain.messages import ProducerGroupIn
 from app.domain.reads import body_fields, message_meta
 from app.errors import ApiError, DatabaseUnavailable, one_line
-from app.storage import checks, reads
+from app.storage import checks, groups, reads
 from app.storage.db import make_engine, write_transaction
+from app.storage.schema import AnyRow
 from app.vocabulary import Op, Resolution, State
 
 log = logging.getLogger(__name__)
@@ -71,6 +73,7 @@ class Claim:
     created_at: datetime
     urls: list[str]  # whom to ask, in order
     timeout: float  # seconds, for each step of asking one URL
+    keys: tuple[bytes, ...] = field(repr=False)  # the group's signing keys in force
 
     @property
     def name(self) -> str:
@@ -80,6 +83,14 @@ class Claim:
     def number(self) -> int:
         """The number of the check this claim delivers."""
         return self.check_times + 1
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """What to send for one check: the callback body and what signs it."""
+
+    body: dict[str, Any]
+    signer: signing.Signer
 
 
 def callback_urls(txn_check_url: str | None, group_urls: list[str]) -> list[str]:
@@ -145,6 +156,21 @@ class Shares:
             return dict(self._in_flight)
 
 
+def _keys(conn: Connection, row: AnyRow, now: datetime,
+          made: dict[str, AnyRow]) -> tuple[bytes, ...]:
+    """The signing keys in force for a due transaction (``lock_due``'s row)."""
+    secret: AnyRow = row
+    if row.secret is None:
+        # a group whose registration was deleted before secrets existed (every registration
+        # makes one): it gets one now, which a new registration of the group will show
+        if row.producer_group not in made:
+            made[row.producer_group] = groups.ensure_secret(
+                conn, row.producer_group, signing.new_secret(), now)
+        secret = made[row.producer_group]
+    return signing.keys_in_force(secret.secret, secret.previous_secret,
+                                 secret.previous_expires_at, now)
+
+
 class Checks:
     """The checks of one checker: ``owner`` names its leases in the database.
 
@@ -178,14 +204,16 @@ class Checks:
         claims: list[Claim] = []
         try:
             with write_transaction(self.engine) as conn:
-                leases = {}
+                leases: dict[int, datetime] = {}
+                made: dict[str, AnyRow] = {}
                 rows = checks.lock_due(conn, now, limit, skip_groups=self.shares.full())
                 taken, passed = self.shares.admit(rows, lambda r: r.producer_group)
                 for row in taken:
                     urls = callback_urls(row.check_url, checks.group_urls(row))
                     timeout = timeout_seconds(row.check_timeout_ms)
                     claims.append(Claim(row.id, row.producer_group, row.transaction_id,
-                                        row.check_times, row.created_at, urls, timeout))
+                                        row.check_times, row.created_at, urls, timeout,
+                                        _keys(conn, row, now, made)))
                     leases[row.id] = lease_until(self.settings, now, len(urls), timeout)
                 checks.take_leases(conn, self.owner, leases)
         except BaseException:
@@ -198,10 +226,10 @@ class Checks:
         """The claim is over (checked, recorded, or given back): its share is free."""
         self.shares.done(claim.group)
 
-    def payload(self, claim: Claim) -> dict[str, Any] | None:
-        """The callback body of check number ``claim.number``, or None when there is
-        nothing to ask: the last check was counted but the process died before the
-        discard (which is done now), or the transaction is no longer ours to check."""
+    def delivery(self, claim: Claim) -> Delivery | None:
+        """What to send for check number ``claim.number``, or None when there is nothing
+        to ask: the last check was counted but the process died before the discard (which
+        is done now), or the transaction is no longer ours to check."""
         if exhausted(self.settings, claim.check_times):
             self._finish(claim, Op.DISCARD, claim.check_times)
             return None
@@ -226,12 +254,15 @@ class Checks:
             if row is not None and row.lease_owner == self.owner:
                 self.release(claim)
             return None
-        return {
+        body = {
             "producer_group": claim.group, "transaction_id": claim.transaction_id,
             "check_times": claim.number, "created_at": claim.created_at,
             "messages": [{"message_id": m.message_id, "topic": m.topic, **message_meta(m),
                           **body_fields(m.body, m.body_is_text)} for m in messages],
         }
+        webhook_id = signing.webhook_id(claim.txn_id, claim.created_at, row.round_id or 0,
+                                        claim.number)
+        return Delivery(body, signing.Signer(webhook_id, claim.keys))
 
     def record(self, claim: Claim, *, result: str, resolution: Resolution, url: str | None,
                detail: str | None) -> bool:

@@ -1,11 +1,21 @@
-"""Producer groups: registration of the check callbacks."""
+"""Producer groups: registration of the check callbacks, and the secret that signs them.
+
+A group's signing secret is made at its first registration and kept: re-registering
+does not change it, and deleting the registration does not delete it (the group's
+transactions still get signed checks, and a new registration finds the same secret).
+Only a rotation replaces it, the previous one signing too for
+``TXMSG_SIGNING_SECRET_OVERLAP_SECONDS``.
+"""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine
 
+from app.config import Settings
+from app.domain import signing
 from app.domain.lifecycle import utcnow
 from app.domain.messages import ProducerGroupIn
 from app.errors import NotFound
@@ -15,31 +25,53 @@ from app.storage.schema import AnyRow
 
 
 def _shape(row: AnyRow) -> dict[str, Any]:
+    now = utcnow()
+    overlap = row.previous_secret_expires_at
     return {"producer_group": row.name, "check_urls": groups.check_urls(row),
-            "check_timeout_ms": row.check_timeout_ms, "created_at": row.created_at,
-            "updated_at": row.updated_at}
+            "check_timeout_ms": row.check_timeout_ms, "signing_secret": row.signing_secret,
+            "previous_secret_expires_at": overlap if overlap and overlap > now else None,
+            "created_at": row.created_at, "updated_at": row.updated_at}
+
+
+def _not_found(name: str) -> NotFound:
+    return NotFound(f"producer group {name!r} is not registered", code="producer_group_not_found")
+
+
+def _registration(conn: Connection, name: str) -> dict[str, Any]:
+    row = groups.get(conn, name)
+    if row is None:
+        raise _not_found(name)
+    return _shape(row)
 
 
 @wraps_db_errors
 def register(engine: Engine, name: str, request: ProducerGroupIn) -> dict[str, Any]:
+    now = utcnow()
     with write_transaction(engine) as conn:
-        row = groups.upsert(conn, name, request.check_urls, request.check_timeout_ms, utcnow())
-    return _shape(row)
+        groups.upsert(conn, name, request.check_urls, request.check_timeout_ms, now)
+        groups.ensure_secret(conn, name, signing.new_secret(), now)
+        return _registration(conn, name)
 
 
 @wraps_db_errors
 def get(engine: Engine, name: str) -> dict[str, Any]:
     with engine.connect() as conn:
-        row = groups.get(conn, name)
-    if row is None:
-        raise NotFound(f"producer group {name!r} is not registered",
-                       code="producer_group_not_found")
-    return _shape(row)
+        return _registration(conn, name)
 
 
 @wraps_db_errors
 def delete(engine: Engine, name: str) -> None:
     with write_transaction(engine) as conn:
         if not groups.delete_group(conn, name):
-            raise NotFound(f"producer group {name!r} is not registered",
-                           code="producer_group_not_found")
+            raise _not_found(name)
+
+
+@wraps_db_errors
+def rotate_secret(engine: Engine, settings: Settings, name: str) -> dict[str, Any]:
+    """A new signing secret; the one it replaces signs too during the overlap."""
+    now = utcnow()
+    until = now + timedelta(seconds=settings.signing_secret_overlap_seconds)
+    with write_transaction(engine) as conn:
+        if not groups.rotate_secret(conn, name, signing.new_secret(), now, until):
+            raise _not_found(name)
+        return _registration(conn, name)

@@ -20,6 +20,7 @@ from sqlalchemy import Connection, Engine
 from app import metrics
 from app.config import Settings
 from app.domain import states
+from app.domain.callback_policy import CallbackPolicy
 from app.domain.messages import TransactionIn
 from app.domain.names import DISCARD_TOPIC
 from app.domain.states import Outcome
@@ -264,6 +265,8 @@ class Lifecycle:
     def __init__(self, engine: Engine, settings: Settings) -> None:
         self.engine = engine
         self.settings = settings
+        # what a send's check_url is judged by (built once: sends are the hot path)
+        self.callback_policy = CallbackPolicy.from_settings(settings)
         self.send_writer: GroupCommitWriter[SendCmd] = GroupCommitWriter(
             engine, apply_sends, max_batch=settings.batch_max_size, name="txmsg-send-writer",
             one_statement=sends.sends_are_one_statement(engine.dialect.name),

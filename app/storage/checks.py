@@ -16,10 +16,20 @@ from collections.abc import Collection, Mapping
 from datetime import datetime
 
 import orjson
-from sqlalchemy import Connection, and_, bindparam, insert, literal_column, or_, select, update
+from sqlalchemy import (
+    Connection,
+    and_,
+    bindparam,
+    func,
+    insert,
+    literal_column,
+    or_,
+    select,
+    update,
+)
 
-from app.storage.schema import AnyRow, check_log, producer_group, txn
-from app.vocabulary import RESOLVED, State
+from app.storage.schema import AnyRow, check_log, op_log, producer_group, signing_secret, txn
+from app.vocabulary import RESOLVED, Op, State
 
 # A literal, not a bound parameter: both planners match a partial index only against
 # the literal predicate of its definition (``schema.PREPARED_PREDICATE``).
@@ -41,14 +51,19 @@ def lock_due(conn: Connection, now: datetime, limit: int,
     none of the producer groups in ``skip_groups`` (those at their cap of checks in flight).
 
     Each row carries the producer group's registration (``group_urls`` as decoded by
-    ``group_urls``, ``check_timeout_ms``), NULL when the group was deleted.
+    ``group_urls``, ``check_timeout_ms``), NULL when the group was deleted; its signing
+    secret (``secret``, ``previous_secret``, ``previous_expires_at``), NULL if it has none.
     """
     stmt = (
         select(txn.c.id, txn.c.producer_group, txn.c.transaction_id, txn.c.check_times,
                txn.c.check_url, txn.c.created_at,
                producer_group.c.check_urls.label("group_urls"),
-               producer_group.c.check_timeout_ms)
-        .select_from(txn.outerjoin(producer_group, producer_group.c.name == txn.c.producer_group))
+               producer_group.c.check_timeout_ms,
+               signing_secret.c.secret, signing_secret.c.previous_secret,
+               signing_secret.c.previous_expires_at)
+        .select_from(
+            txn.outerjoin(producer_group, producer_group.c.name == txn.c.producer_group)
+            .outerjoin(signing_secret, signing_secret.c.producer_group == txn.c.producer_group))
         .where(_PREPARED, txn.c.next_check_at <= now)
         .order_by(txn.c.next_check_at)
         .limit(limit)
@@ -79,8 +94,14 @@ def take_leases(conn: Connection, owner: str, leases: Mapping[int, datetime]) ->
 
 
 def lease_state(conn: Connection, txn_id: int) -> AnyRow | None:
-    """State, check count and lease of one transaction (read just before a delivery)."""
-    stmt = select(txn.c.state, txn.c.check_times, txn.c.lease_owner).where(txn.c.id == txn_id)
+    """State, check count and lease of one transaction (read just before a delivery), and
+    ``round_id``: the op id of its latest resume-check (NULL if none)."""
+    latest_resume = (select(func.max(op_log.c.id))
+                     .where(op_log.c.txn_id == txn_id, op_log.c.op == Op.RESUME.value)
+                     .scalar_subquery())
+    stmt = (select(txn.c.state, txn.c.check_times, txn.c.lease_owner,
+                   latest_resume.label("round_id"))
+            .where(txn.c.id == txn_id))
     return conn.execute(stmt).first()
 
 

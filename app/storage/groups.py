@@ -1,4 +1,5 @@
-"""SQL of the producer_group table (check-callback registrations)."""
+"""SQL of the producer_group and signing_secret tables (check-callback registrations and
+the secrets that sign their callbacks)."""
 
 from __future__ import annotations
 
@@ -6,16 +7,27 @@ from collections.abc import Iterable
 from datetime import datetime
 
 import orjson
-from sqlalchemy import Connection, String, any_, bindparam, delete, select
+from sqlalchemy import Connection, String, Table, any_, bindparam, delete, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
-from app.storage.schema import AnyRow, producer_group
+from app.storage.schema import AnyRow, producer_group, signing_secret
+
+# a registration with its signing secret (and until when the previous one still signs)
+_REGISTRATION = select(
+    producer_group, signing_secret.c.secret.label("signing_secret"),
+    signing_secret.c.previous_expires_at.label("previous_secret_expires_at"),
+).select_from(producer_group.outerjoin(
+    signing_secret, signing_secret.c.producer_group == producer_group.c.name))
+
+
+def _insert(conn: Connection, table: Table) -> postgresql.Insert | sqlite.Insert:
+    """An INSERT that takes ON CONFLICT clauses, in the connection's dialect."""
+    return postgresql.insert(table) if conn.dialect.name == "postgresql" else sqlite.insert(table)
 
 
 def upsert(conn: Connection, name: str, check_urls: list[str], check_timeout_ms: int,
-           now: datetime) -> AnyRow:
-    dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
-    stmt = dialect.insert(producer_group).values(
+           now: datetime) -> None:
+    stmt = _insert(conn, producer_group).values(
         name=name, check_urls=orjson.dumps(check_urls).decode(),
         check_timeout_ms=check_timeout_ms, created_at=now, updated_at=now,
     )
@@ -24,12 +36,37 @@ def upsert(conn: Connection, name: str, check_urls: list[str], check_timeout_ms:
         set_={"check_urls": stmt.excluded.check_urls,
               "check_timeout_ms": stmt.excluded.check_timeout_ms,
               "updated_at": stmt.excluded.updated_at},
-    ).returning(*producer_group.c)
-    return conn.execute(stmt).one()
+    )
+    conn.execute(stmt)
 
 
 def get(conn: Connection, name: str) -> AnyRow | None:
-    return conn.execute(select(producer_group).where(producer_group.c.name == name)).first()
+    """The registration, with ``signing_secret`` and ``previous_secret_expires_at``."""
+    return conn.execute(_REGISTRATION.where(producer_group.c.name == name)).first()
+
+
+def ensure_secret(conn: Connection, name: str, secret: str, now: datetime) -> AnyRow:
+    """Give the group ``secret`` unless it has one (a group keeps its secret); the group's
+    ``secret``, ``previous_secret`` and ``previous_expires_at`` as stored."""
+    stmt = _insert(conn, signing_secret).values(
+        producer_group=name, secret=secret, created_at=now)
+    conn.execute(stmt.on_conflict_do_nothing(index_elements=[signing_secret.c.producer_group]))
+    return conn.execute(
+        select(signing_secret.c.secret, signing_secret.c.previous_secret,
+               signing_secret.c.previous_expires_at)
+        .where(signing_secret.c.producer_group == name)).one()
+
+
+def rotate_secret(conn: Connection, name: str, secret: str, now: datetime,
+                  previous_until: datetime) -> bool:
+    """Make ``secret`` the registered group's secret, the one it replaces signing too
+    until ``previous_until``; False if the group is not registered."""
+    stmt = (update(signing_secret)
+            .where(signing_secret.c.producer_group == name,
+                   select(producer_group.c.name).where(producer_group.c.name == name).exists())
+            .values(secret=secret, previous_secret=signing_secret.c.secret,
+                    previous_expires_at=previous_until, rotated_at=now))
+    return conn.execute(stmt).rowcount == 1
 
 
 def delete_group(conn: Connection, name: str) -> bool:

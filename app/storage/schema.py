@@ -2,6 +2,9 @@
 
 Table groups:
 - ``producer_group``: check-callback registrations.
+- ``signing_secret``: each group's secret for signing its check callbacks (and the
+  previous one while a rotation's overlap lasts); it outlives a deleted registration, so
+  the group's remaining transactions are still checked with signed callbacks.
 - ``txn`` and ``half_message``: the half table, one row per transaction and per message.
   ``txn.state`` is the op log folded into one column, kept in the same database
   transaction as the op row that changes it, so that "unresolved" is an indexed lookup
@@ -93,6 +96,17 @@ producer_group = Table(
     Column("check_timeout_ms", Integer, nullable=False),
     Column("created_at", UTCDateTime, nullable=False),
     Column("updated_at", UTCDateTime, nullable=False),
+)
+
+signing_secret = Table(
+    "signing_secret",
+    metadata,
+    Column("producer_group", NAME, primary_key=True),
+    Column("secret", Text, nullable=False),
+    Column("previous_secret", Text, nullable=True),
+    Column("previous_expires_at", UTCDateTime, nullable=True),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("rotated_at", UTCDateTime, nullable=True),
 )
 
 txn = Table(

@@ -10,7 +10,6 @@ import pytest
 from app.domain.messages import (
     MessageIn,
     TransactionIn,
-    check_http_url,
     parse_producer_group,
     parse_transaction,
 )
@@ -145,7 +144,7 @@ def test_too_large_wins_over_other_errors_in_other_messages() -> None:
     ({"topic": "orders", "body": "x", "properties": {"k": "v" * 16384}},
      "properties_too_large"),
     ({"topic": "orders", "body": "x", "transaction_id": "a b"}, "invalid_transaction_id"),
-    ({"topic": "orders", "body": "x", "check_url": "ftp://h/c"}, "invalid_check_url"),
+    ({"topic": "orders", "body": "x", "check_url": "ftp://h/c"}, "invalid_callback_url"),
     ({"messages": []}, "invalid_length"),
 ])
 def test_transaction_errors_have_stable_codes(payload: Any, code: str) -> None:
@@ -166,16 +165,21 @@ def test_validation_errors_list_every_failure_with_its_field() -> None:
     "http://127.0.0.1:9/check", "https://example.com", "HTTP://h:1/c?x=1#f",
 ])
 def test_absolute_http_urls_are_check_urls(url: str) -> None:
-    assert check_http_url(url) == url
+    assert parse_producer_group({"check_urls": [url]}).check_urls == [url]
+    assert parse({"topic": "t", "body": "b", "check_url": url}).check_url == url
 
 
 @pytest.mark.parametrize("url", [
     "", "/check", "h:80/check", "ftp://h/c", "http://", "http:///c", "http://[::1/c",
     "http://h:99999/c", "http://h:port/c", "http://h/a b", "http://h\x00/c", "javascript:x",
+    "http://user:secret@h/c", "http://user@h/c", "http://:secret@h/c", "http://h\\@evil/c",
+    "ftp://user:secret@h/c", "user:secret@h/c",
+    "http://a<b/c", "http://ex%41mple/c", "http://[zz]/c",
 ])
 def test_other_strings_are_not(url: str) -> None:
-    with pytest.raises(ValueError):  # pydantic's custom error is a ValueError
-        check_http_url(url)
-    with pytest.raises(InvalidRequest) as err:
-        parse_producer_group({"check_urls": [url]})
-    assert err.value.code == "invalid_check_url"
+    for parse_one in (lambda: parse_producer_group({"check_urls": [url]}),
+                      lambda: parse({"topic": "t", "body": "b", "check_url": url})):
+        with pytest.raises(InvalidRequest) as err:
+            parse_one()
+        assert err.value.code == "invalid_callback_url"
+        assert "secret" not in err.value.detail

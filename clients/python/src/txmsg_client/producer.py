@@ -61,9 +61,22 @@ class Producer:
         self._group_path = f"/v1/producer-groups/{quote(group, safe='')}"
 
     def register(self, check_urls: Sequence[str], check_timeout_ms: int = 3000) -> dict[str, Any]:
-        """Register (or replace) the URLs the service asks about unresolved transactions."""
+        """Register (or replace) the URLs the service asks about unresolved transactions.
+
+        The answer's ``signing_secret`` verifies the checks (``CheckerServer``'s
+        ``signing_secret``); it stays the same when the group registers again.
+        """
         return self._call("PUT", self._group_path,
                           {"check_urls": list(check_urls), "check_timeout_ms": check_timeout_ms})
+
+    def registration(self) -> dict[str, Any]:
+        """The group's registration, with its ``signing_secret``."""
+        return self._call("GET", self._group_path)
+
+    def rotate_signing_secret(self) -> dict[str, Any]:
+        """A new ``signing_secret``; checks are signed with the previous one too until
+        ``previous_secret_expires_at``, time to move the callback endpoints to the new one."""
+        return self._call("POST", f"{self._group_path}/signing-secret/rotate")
 
     def send(self, messages: Message | Sequence[Message], *, transaction_id: str | None = None,
              check_url: str | None = None,

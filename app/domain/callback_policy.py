@@ -1,0 +1,152 @@
+"""The callback address policy: which check callback URLs may be stored and called.
+
+A URL is an absolute http(s) URL without user info (else ``invalid_callback_url``). Its
+host is judged against the denied and allowed networks (``TXMSG_CALLBACK_DENIED_NETWORKS``,
+``TXMSG_CALLBACK_ALLOWED_NETWORKS``): at registration or send when it is an IP literal
+(``callback_url_not_allowed``), and by the check service on every connection, after name
+resolution, for the address actually connected to (``checker.callback``).
+
+An address is judged as the address it reaches: an IPv4-mapped IPv6 address as its IPv4
+address, and the numeric IPv4 forms the resolver accepts (``2130706433``, ``127.1``,
+``0x7f.0.0.1``: inet_aton's) as the dotted quad they stand for.
+"""
+
+from __future__ import annotations
+
+import functools
+import ipaddress
+import re
+import socket
+from collections.abc import Iterable
+from dataclasses import dataclass
+from urllib.parse import SplitResult, urlsplit
+
+from app.config import DEFAULT_CALLBACK_DENIED_NETWORKS, Settings
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+INVALID = "invalid_callback_url"
+NOT_ALLOWED = "callback_url_not_allowed"
+
+# An absolute http(s) URI as RFC 3986 writes it (so ASCII: an international name goes
+# in its IDNA form), without user info; a host name of unreserved characters and
+# sub-delims, an IPv6 literal in brackets (no zone id).
+_UNRESERVED, _SUB_DELIMS, _PCT = r"A-Za-z0-9\-._~", r"!$&'()*+,;=", r"%[0-9A-Fa-f]{2}"
+_PCHAR = rf"(?:[{_UNRESERVED}{_SUB_DELIMS}:@]|{_PCT})"
+_URL_RE = re.compile(rf"""
+    [Hh][Tt][Tt][Pp][Ss]?://
+    (?:\[[0-9A-Fa-f:.]+\]|[{_UNRESERVED}{_SUB_DELIMS}]+)  # host
+    (?::[0-9]*)?                                         # port
+    (?:/{_PCHAR}*)*                                      # path
+    (?:\?(?:{_PCHAR}|[/?])*)?                            # query
+    (?:\#(?:{_PCHAR}|[/?])*)?                            # fragment
+""", re.VERBOSE)
+# the characters of inet_aton's forms: decimal, octal (0 prefix), hex (0x prefix), 1-4 parts
+_NUMERIC_IPV4_RE = re.compile(r"[0-9a-fA-FxX.]+")
+
+
+class CallbackUrlError(ValueError):
+    """A URL the policy refuses; ``code`` is the API's problem code."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass(frozen=True)
+class CallbackPolicy:
+    denied: tuple[IPNetwork, ...]
+    allowed: tuple[IPNetwork, ...] = ()  # empty: every address not denied
+
+    @classmethod
+    def of(cls, denied: Iterable[IPNetwork], allowed: Iterable[IPNetwork] = ()) -> CallbackPolicy:
+        return cls(tuple(denied), tuple(allowed))
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> CallbackPolicy:
+        return cls.of(settings.callback_denied_networks, settings.callback_allowed_networks)
+
+    @staticmethod
+    def default() -> CallbackPolicy:
+        """The contract's defaults (every address not denied by default is allowed)."""
+        return _default()
+
+    def allows(self, address: IPAddress) -> bool:
+        # an IPv4-mapped address is judged as the IPv4 address it reaches, and as itself
+        # (for a network such as ::ffff:0:0/96 named in the settings)
+        forms = {address, reached(address)}
+        if any(a in net for a in forms for net in self.denied):
+            return False
+        return not self.allowed or any(a in net for a in forms for net in self.allowed)
+
+    def check_address(self, address: str) -> IPAddress | None:
+        """The address (as ``getaddrinfo`` gives it) if the policy refuses it, else None."""
+        ip = ipaddress.ip_address(address)
+        return None if self.allows(ip) else reached(ip)
+
+    def check_url(self, url: str) -> str:
+        """``url`` if it may be stored, else ``CallbackUrlError`` with its code."""
+        parts = _split(url)
+        literal = ip_literal(parts.hostname or "")
+        if literal is not None and not self.allows(literal):
+            raise CallbackUrlError(NOT_ALLOWED, f"{_shown(url)} points at {reached(literal)}, "
+                                                "which the callback address policy refuses")
+        return url
+
+
+@functools.cache
+def _default() -> CallbackPolicy:
+    return CallbackPolicy.of(ipaddress.ip_network(n)
+                             for n in DEFAULT_CALLBACK_DENIED_NETWORKS.split(","))
+
+
+def redacted(url: str) -> str:
+    """``url`` with any user info replaced by ``***`` (for logs and records)."""
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    return parts._replace(netloc="***@" + parts.netloc.rpartition("@")[2]).geturl()
+
+
+def _shown(url: str) -> str:
+    """``url`` for an error message: never one that may carry a password."""
+    return "the URL" if "@" in url else repr(url[:200])
+
+
+def _split(url: str) -> SplitResult:
+    try:
+        parts = urlsplit(url)
+        _ = parts.port  # raises ValueError unless a number in 0..65535
+    except ValueError:
+        parts = None
+    if parts is not None and "@" in parts.netloc:
+        # never stored: requests would send it as Basic auth, GET would show it
+        raise CallbackUrlError(INVALID, "callback URLs must not carry user info "
+                                        "(verify the signature of the check instead)")
+    if (parts is None or not _URL_RE.fullmatch(url) or not parts.hostname
+            or ("[" in parts.netloc and ip_literal(parts.hostname) is None)):
+        raise CallbackUrlError(INVALID, f"{_shown(url)} is not an absolute http(s) URL "
+                                        "(RFC 3986, without user info)")
+    return parts
+
+
+def ip_literal(host: str) -> IPAddress | None:
+    """The address a URL's host stands for when it is an IP literal, else None (a name)."""
+    try:
+        return ipaddress.ip_address(host)
+    except ValueError:
+        pass
+    if _NUMERIC_IPV4_RE.fullmatch(host):
+        try:  # the resolver reads these forms with inet_aton, so do the same
+            return ipaddress.IPv4Address(socket.inet_aton(host))
+        except OSError:
+            return None
+    return None
+
+
+def reached(address: IPAddress) -> IPAddress:
+    """The address a connection to ``address`` reaches (IPv4-mapped IPv6 → IPv4)."""
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    return address
