@@ -152,7 +152,7 @@ def test_webhook_id_is_kept_by_a_redelivery_and_new_for_each_check(harness) -> N
 
     # a checker delivers check #1 and dies before counting it
     dead = Checks(h.settings, "dead:1:x", h.engine)
-    [claim] = dead.claim(1)
+    [claim], _ = dead.claim(1)
     delivery = dead.delivery(claim)
     assert delivery is not None
     Caller(CallbackPolicy.from_settings(h.settings)).ask(claim.urls, delivery.body,

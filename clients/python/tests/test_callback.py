@@ -113,12 +113,14 @@ def test_during_a_rotation_either_signature_verifies() -> None:
 
 
 def bad_checks() -> list[tuple[str, Callable[[bytes], dict[str, str]], bytes | None]]:
-    now = datetime.now(UTC)
+    def at(offset: timedelta) -> datetime:  # from the moment the test runs
+        return datetime.now(UTC) + offset
+
     return [
         ("unsigned", lambda b: {}, None),
         ("other secret", lambda b: signed(b, OTHER), None),
-        ("stale", lambda b: signed(b, SECRET, at=now - timedelta(minutes=5, seconds=30)), None),
-        ("from the future", lambda b: signed(b, SECRET, at=now + timedelta(minutes=6)), None),
+        ("stale", lambda b: signed(b, SECRET, at=at(-timedelta(minutes=5, seconds=30))), None),
+        ("from the future", lambda b: signed(b, SECRET, at=at(timedelta(minutes=6))), None),
         ("tampered body", lambda b: signed(b, SECRET), b'{"transaction_id": "void"}'),
         ("other id", lambda b: {**signed(b, SECRET), "webhook-id": "msg_2"}, None),
         ("no id", lambda b: {k: v for k, v in signed(b, SECRET).items() if k != "webhook-id"},
