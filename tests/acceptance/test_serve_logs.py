@@ -40,9 +40,12 @@ def test_json_logs_of_a_real_serve_carry_ids_and_no_secret(
     s = requests.Session()
     s.headers["Authorization"] = f"Bearer {TOKEN}"
     base = served.url
-    # a callback nobody listens on, with credentials and a secret in its query
-    callback = (f"http://probe:{CALLBACK_PASSWORD}@127.0.0.1:{free_port()}/check"
-                f"?token={QUERY_SECRET}")
+    # a callback nobody listens on, with a secret in its query; with credentials it is
+    # refused (and the refusal logs no password)
+    callback = f"http://127.0.0.1:{free_port()}/check?token={QUERY_SECRET}"
+    with_password = callback.replace("http://", f"http://probe:{CALLBACK_PASSWORD}@")
+    r = s.put(f"{base}/v1/producer-groups/shop", json={"check_urls": [with_password]})
+    assert r.status_code == 400 and r.json()["code"] == "invalid_callback_url"
     r = s.put(f"{base}/v1/producer-groups/shop", json={"check_urls": [callback]},
               headers={"X-Request-Id": "trace-put-1"})
     assert r.status_code == 200 and r.headers["X-Request-Id"] == "trace-put-1"

@@ -106,8 +106,8 @@ def test_a_check_counts_observes_its_duration_and_logs_one_line(
         harness_factory: Any) -> None:  # noqa: F811
     h = harness_factory()
     callback = h.callback(answer("COMMIT"))
-    # credentials and a query secret in the URL: neither may reach the log
-    url = callback.url.replace("http://", "http://probe:pw-in-url@") + "?token=cb-s3cret"
+    # a query secret in the URL may not reach the log (credentials cannot be registered)
+    url = callback.url + "?token=cb-s3cret"
     h.register("shop", [url])
     before = (_value("txmsg_checks_total", result="COMMIT"),
               _value("txmsg_check_duration_seconds_count", result="COMMIT"))
@@ -125,7 +125,7 @@ def test_a_check_counts_observes_its_duration_and_logs_one_line(
         "paid-1", "shop", 1, "COMMIT")
     assert line["url"] == callback.url + "?…"
     assert line["duration_ms"] > 0 and line["level"] == "INFO"
-    assert "pw-in-url" not in captured.text and "cb-s3cret" not in captured.text
+    assert "cb-s3cret" not in captured.text
 
 
 def test_writer_queue_depth_counts_what_waits_behind_a_stuck_batch(database_url: str) -> None:
