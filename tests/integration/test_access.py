@@ -240,7 +240,11 @@ def test_a_producer_token_does_the_producers_work_and_nothing_else(client: Any) 
     group = f"/v1/producer-groups/{GROUP}"
     assert client.put(group, json={"check_urls": ["http://127.0.0.1:9/c"]},
                       headers=producer).status_code == 200
-    assert client.get(group, headers=producer).status_code == 200
+    secret = client.get(group, headers=producer).json["signing_secret"]
+    rotated = client.post(f"{group}/signing-secret/rotate", headers=producer)
+    assert rotated.status_code == 200 and rotated.json["signing_secret"] != secret
+    assert_problem(client.post("/v1/producer-groups/other-svc/signing-secret/rotate",
+                               headers=producer), 403, "forbidden")
     sent = client.post(f"{group}/transactions", headers=producer,
                        json={"transaction_id": "t-1", "topic": TOPIC, "body": "hi"})
     assert sent.status_code == 201
