@@ -6,11 +6,9 @@ from __future__ import annotations
 import signal
 import socket
 import sqlite3
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import orjson
 import pytest
@@ -183,16 +181,13 @@ def _locked(database: Path) -> sqlite3.Connection:
     return conn
 
 
-def _in_background(call: Callable[[], Any], results: list[Any]) -> threading.Thread:
-    def run() -> None:
-        try:
-            results.append(call())
-        except Exception as exc:  # noqa: BLE001 - recorded and asserted on
-            results.append(exc)
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    return thread
+def _sent(served: Served, method: str, path: str, document: object) -> Exchange:
+    """A connection on which a whole JSON request has been written."""
+    body = orjson.dumps(document)
+    exchange = Exchange(served)
+    exchange.send(request_head(method, path, "Content-Type: application/json",
+                               f"Content-Length: {len(body)}") + body)
+    return exchange
 
 
 def test_sigterm_lets_requests_in_flight_finish_then_exits(tmp_path: Path) -> None:
@@ -203,17 +198,17 @@ def test_sigterm_lets_requests_in_flight_finish_then_exits(tmp_path: Path) -> No
         url = served.url
         assert requests.put(url + GROUP, json=CALLBACK, timeout=30).status_code == 200
         lock = _locked(tmp_path / "var" / "txmsg.db")
-        results: list[Any] = []
-        threads = [_in_background(lambda i=i: requests.post(  # type: ignore[misc]
-            url + SEND, json={"transaction_id": f"t{i}", "topic": "t", "body": str(i)},
-            timeout=60).status_code, results) for i in range(6)]
-        threads += [_in_background(lambda i=i: requests.put(  # type: ignore[misc]
-            f"{url}/v1/producer-groups/g{i}", json=CALLBACK, timeout=60).status_code, results)
-            for i in range(2)]
+        # every request is written whole before SIGTERM, by this thread: a client thread
+        # could still be between connect() and send() when the signal comes, and a
+        # connection that has sent nothing yet is one a server may close
+        waiting = [_sent(served, "POST", SEND, {"transaction_id": f"t{i}", "topic": "t",
+                                                "body": str(i)}) for i in range(6)]
+        waiting += [_sent(served, "PUT", f"/v1/producer-groups/g{i}", CALLBACK)
+                    for i in range(2)]
         half = Exchange(served)
         body = orjson.dumps({"transaction_id": "half", "topic": "t", "body": "h"})
         half.send(request_head("POST", SEND, f"Content-Length: {len(body)}") + body[:10])
-        wait_for(lambda: server_has_read_everything(served, len(threads) + 1),
+        wait_for(lambda: server_has_read_everything(served, len(waiting) + 1),
                  "the requests reached the server")
 
         served.proc.send_signal(signal.SIGTERM)
@@ -221,10 +216,10 @@ def test_sigterm_lets_requests_in_flight_finish_then_exits(tmp_path: Path) -> No
         half.send(body[10:])
         lock.rollback()
         lock.close()
-        for thread in threads:
-            thread.join(timeout=60)
-        assert sorted(results, key=str) == [200, 200] + [201] * 6
+        assert sorted(exchange.answer()[0] for exchange in waiting) == [200, 200] + [201] * 6
         assert half.answer()[0] == 201
+        for exchange in waiting:
+            exchange.close()
         half.close()
         assert served.proc.wait(timeout=30) == 0
     finally:
