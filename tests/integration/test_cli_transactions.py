@@ -4,6 +4,7 @@ and errors, through the API's lifecycle; readable tables, or one JSON document."
 from __future__ import annotations
 
 import json
+import socket
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -206,3 +207,16 @@ def test_the_console_script(api: Any, txmsg: Txmsg) -> None:
     unknown = txmsg.script("transactions", "show", GROUP, "nope", code=1)
     assert unknown.stderr == ("txmsg: transaction_not_found: no transaction 'nope' in "
                               "producer group 'orders-svc'\n")
+
+
+@pytest.mark.parametrize("args", [("transactions", "list"),
+                                  ("transactions", "commit", GROUP, "tx-0"),
+                                  ("topics", "list")])
+def test_a_database_down_is_one_line_not_a_traceback(args: tuple[str, ...]) -> None:
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    down = Txmsg(f"postgresql+psycopg://postgres@127.0.0.1:{port}/txmsg")
+    result = down.run(*args, code=1)
+    assert result.stderr.startswith("txmsg: database_unavailable: ")
+    assert result.stderr.count("\n") == 1 and result.stdout == ""
