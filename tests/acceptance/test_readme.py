@@ -78,3 +78,16 @@ def test_the_five_minute_tour_runs(serve_factory, tmp_path: Path) -> None:  # ty
     assert [line.split()[:3] for line in listed] == [
         ["shop", "order-1", "COMMITTED"], ["shop", "order-2", "ROLLED_BACK"],
         ["shop", "order-3", "COMMITTED"]]
+
+
+def test_the_api_guide_example_runs(serve_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    served = serve_factory({"TXMSG_DATABASE_URL": f"sqlite:///{tmp_path / 'api.db'}"})
+    [example] = blocks((ROOT / "docs" / "api.md").read_text(), "sh")
+    done = subprocess.run(["bash", "-c", "set -eu\n" + example.replace(
+        "curl ", "curl -sS -w '\\n' ").replace("localhost:8080", f"127.0.0.1:{served.port}")],
+        check=False, capture_output=True, text=True, timeout=120, env=clean_env({}))
+    assert done.returncode == 0, done.stderr
+    answers = done.stdout.splitlines()
+    assert len(answers) == 4
+    assert '"state":"PREPARED"' in answers[1] and '"state":"COMMITTED"' in answers[2]
+    assert '"offset":0,' in answers[3] and '"body":"{\\"order\\": 1}"' in answers[3]
