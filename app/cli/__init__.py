@@ -164,8 +164,10 @@ def ingest(output: str, topics: str | None) -> None:
     sys.exit(ingest_main(_settings(), output, topics))
 
 
-# the admin commands, on the database through the domain functions the API uses
-for _group in (tokens_cli.group, transactions_cli.group, topics_cli.group):
+# The admin commands, on the database through the domain functions the API uses: one
+# module per group under app/cli/ (with app.cli.common), each exporting its click ``group``.
+ADMIN_GROUPS = (tokens_cli.group, transactions_cli.group, topics_cli.group)
+for _group in ADMIN_GROUPS:
     main.add_command(_group)
 
 
