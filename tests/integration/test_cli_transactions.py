@@ -4,9 +4,11 @@ and errors, through the API's lifecycle; readable tables, or one JSON document."
 from __future__ import annotations
 
 import json
+import shlex
 import socket
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -40,19 +42,19 @@ def txmsg(database_url: str) -> Txmsg:
     return Txmsg(database_url)
 
 
-def discard_after_one_check(app: Any, txid: str) -> None:
+def discard_after_one_check(app: Any, txid: str, group: str = GROUP) -> None:
     """What the checker does to a transaction nobody answers for: one check recorded,
     then the discard, through the same storage and lifecycle calls."""
     engine, lifecycle = app.extensions["txmsg"].engine, app.extensions["txmsg"].lifecycle
     now = datetime.now(UTC)
     with write_transaction(engine) as conn:
-        row = reads.get_txn(conn, GROUP, txid)
+        row = reads.get_txn(conn, group, txid)
         assert row is not None
         checks.take_leases(conn, "test-checker", {row.id: now + timedelta(seconds=60)})
         assert checks.record_check(conn, txn_id=row.id, owner="test-checker", check_times=1,
                                    result="TIMEOUT", url="http://127.0.0.1:9/check",
                                    detail="timed out", now=now, next_check_at=None)
-    assert lifecycle.finish(GROUP, txid, Op.DISCARD, source="check", check_times=1).applied
+    assert lifecycle.finish(group, txid, Op.DISCARD, source="check", check_times=1).applied
 
 
 def sources(app: Any, txid: str) -> list[tuple[str, str]]:
@@ -220,3 +222,22 @@ def test_a_database_down_is_one_line_not_a_traceback(args: tuple[str, ...]) -> N
     result = down.run(*args, code=1)
     assert result.stderr.startswith("txmsg: database_unavailable: ")
     assert result.stderr.count("\n") == 1 and result.stdout == ""
+
+
+def test_the_operations_page_example(api: Any, txmsg: Txmsg) -> None:
+    """docs/operations.md's example, command by command, on a discarded transaction."""
+    page = (Path(__file__).resolve().parents[2] / "docs" / "operations.md").read_text()
+    example = page.split("For example, the discarded transactions", 1)[1]
+    commands = [shlex.split(line) for line in example.split("```sh\n", 1)[1]
+                .split("```", 1)[0].splitlines()]
+    assert [c[:3] for c in commands] == [["txmsg", "transactions", "list"],
+                                         ["txmsg", "transactions", "show"],
+                                         ["txmsg", "transactions", "resume"]]
+    client = api.test_client()
+    register(client, "order-service")
+    assert send(client, "order-service", transaction_id="order-42").status_code == 201
+    discard_after_one_check(api, "order-42", "order-service")
+    listed, shown, resumed = (txmsg.run(*command[1:]).stdout for command in commands)
+    assert listed.splitlines()[1].split()[:3] == ["order-service", "order-42", "DISCARDED"]
+    assert "TIMEOUT" in shown.split("checks (1):\n", 1)[1]
+    assert resumed == "order-service order-42: PREPARED\n"
