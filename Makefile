@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: install system-deps demo test lint bench soak clean
+.PHONY: install system-deps demo test lint docs bench soak clean
 
 $(VENV)/.installed: pyproject.toml clients/python/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -28,6 +28,10 @@ lint: $(VENV)/.installed
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mypy
 
+# the documentation site (docs/, mkdocs.yml) into site/; the tests build it too, with --strict
+docs: $(VENV)/.installed
+	$(VENV)/bin/mkdocs build --strict
+
 bench: install
 	$(PY) -m bench.run --gunicorn
 
@@ -36,4 +40,4 @@ soak: install
 	$(PY) -m bench.soak
 
 clean:
-	rm -rf $(VENV) var bench/out
+	rm -rf $(VENV) var bench/out site

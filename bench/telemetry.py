@@ -6,7 +6,7 @@ commit (an id made, the duration histogram observed in a multiprocess directory,
 and at INFO in each format, written to /dev/null through txmsg's own logging
 configuration (redaction included). Each figure is the best of many short runs, so
 that another process taking the CPU does not count; compare them with the service's CPU
-per send + commit pair in the README's performance section (two requests).
+per send + commit pair in docs/performance.md (two requests).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ batch to be durable. Served as WSGI, every waiting request held a thread, and th
 spent more than half of its CPU in the kernel, mostly switching among the 64 request
 threads and the writers as they took turns on the one interpreter lock. Here a waiting
 request is a coroutine: the writer wakes the event loop once per batch, not each
-request's thread (the README's performance section has the figures).
+request's thread (docs/performance.md has the figures).
 
 The three routes are matched here and handled by the same functions the Flask routes
 call (``parse_send``, ``send_answer``, ``check_finish``, the lifecycle), with the same

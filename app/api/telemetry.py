@@ -57,7 +57,7 @@ def record(request_id: str, method: str, route: str, path: str, status: int,
     """Observe the request's duration under its route, and log its access line: WARNING
     for a 5xx, DEBUG for probes and for the successes of the ``hot`` routes (send,
     commit, rollback on the ASGI front: an INFO line each would cost more CPU than the
-    rest of their telemetry many times over, see the README), INFO otherwise."""
+    rest of their telemetry many times over, see docs/operations.md), INFO otherwise."""
     seconds = time.perf_counter() - started
     method = method if method in _METHODS else "OTHER"
     key = (route, method, status)

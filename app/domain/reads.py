@@ -11,7 +11,7 @@ import orjson
 from sqlalchemy import Engine
 
 from app.errors import InvalidRequest, NotFound
-from app.storage import reads, retention, topics
+from app.storage import checks, reads, retention, topics
 from app.storage.db import wraps_db_errors
 from app.storage.schema import AnyRow
 from app.vocabulary import State
@@ -48,7 +48,10 @@ def _transaction(row: AnyRow, messages: list[AnyRow], offsets: dict[str, int]) -
 
 
 @wraps_db_errors
-def get_transaction(engine: Engine, group: str, transaction_id: str) -> dict[str, Any]:
+def get_transaction(engine: Engine, group: str, transaction_id: str, *,
+                    with_checks: bool = False) -> dict[str, Any]:
+    """One transaction and its messages; ``with_checks``: its check history too, oldest
+    first (``checks``: number, time, URL, result, detail)."""
     with engine.connect() as conn:
         row = reads.get_txn(conn, group, transaction_id)
         if row is None:
@@ -59,12 +62,18 @@ def get_transaction(engine: Engine, group: str, transaction_id: str) -> dict[str
         if row.state == State.COMMITTED:
             offsets = {m.message_id: m.queue_offset
                        for m in reads.committed_offsets(conn, [row.id])[row.id]}
-        return _transaction(row, messages, offsets)
+        out = _transaction(row, messages, offsets)
+        if with_checks:
+            out["checks"] = [{"check_times": c.check_times, "created_at": c.created_at,
+                              "url": c.url, "result": c.result, "detail": c.detail}
+                             for c in checks.checks_of(conn, row.id)]
+        return out
 
 
 @wraps_db_errors
-def list_transactions(engine: Engine, group: str, state: str | None, after: int,
+def list_transactions(engine: Engine, group: str | None, state: str | None, after: int,
                       limit: int) -> dict[str, Any]:
+    """Transactions in id order (oldest first), of ``group`` or of every group if None."""
     if state is not None and state not in State.__members__:
         raise InvalidRequest(f"state must be one of {', '.join(State)}",
                              code="invalid_query_parameter", parameter="state")

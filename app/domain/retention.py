@@ -178,6 +178,15 @@ def get_topic(engine: Engine, settings: Settings, topic: str) -> dict[str, Any]:
 
 
 @wraps_db_errors
+def list_topics(engine: Engine, settings: Settings, after: str, limit: int) -> dict[str, Any]:
+    """Every topic by name, as ``get_topic`` shows one; ``next_after`` pages on."""
+    with engine.connect() as conn:
+        states = store.list_topics(conn, after, limit)
+    return {"topics": [_topic(s, settings.retention_seconds) for s in states],
+            "next_after": states[-1].topic if len(states) == limit else None}
+
+
+@wraps_db_errors
 def set_topic_retention(engine: Engine, settings: Settings, topic: str,
                         request: TopicRetentionIn) -> dict[str, Any]:
     with write_transaction(engine) as conn:

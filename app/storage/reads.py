@@ -57,9 +57,12 @@ def get_txn(conn: Connection, group: str, transaction_id: str) -> AnyRow | None:
     return find_txns(conn, [(group, transaction_id)]).get((group, transaction_id))
 
 
-def list_txns(conn: Connection, group: str, state: State | None, after_id: int,
+def list_txns(conn: Connection, group: str | None, state: State | None, after_id: int,
               limit: int) -> list[AnyRow]:
-    stmt = select(*TXN_COLUMNS).where(txn.c.producer_group == group, txn.c.id > after_id)
+    """Transactions after ``after_id`` in id order, of ``group`` (every group if None)."""
+    stmt = select(*TXN_COLUMNS).where(txn.c.id > after_id)
+    if group is not None:
+        stmt = stmt.where(txn.c.producer_group == group)
     if state is not None:
         stmt = stmt.where(txn.c.state == state.value)
     return list(conn.execute(stmt.order_by(txn.c.id).limit(limit)))

@@ -78,16 +78,23 @@ class TopicState(NamedTuple):
     retention_seconds: int | None
 
 
+_TOPIC_STATE = (select(topic_offset.c.topic,
+                       func.coalesce(topic_retention.c.first_offset, 0).label("first_offset"),
+                       topic_offset.c.next_offset, topic_retention.c.retention_seconds)
+                .select_from(topic_offset.outerjoin(
+                    topic_retention, topic_retention.c.topic == topic_offset.c.topic)))
+
+
 def get_topic(conn: Connection, topic: str) -> TopicState | None:
     """A topic's offsets and retention; None for a topic never committed to nor configured."""
-    stmt = (select(topic_offset.c.topic,
-                   func.coalesce(topic_retention.c.first_offset, 0).label("first_offset"),
-                   topic_offset.c.next_offset, topic_retention.c.retention_seconds)
-            .select_from(topic_offset.outerjoin(topic_retention,
-                                                topic_retention.c.topic == topic_offset.c.topic))
-            .where(topic_offset.c.topic == topic))
-    row = conn.execute(stmt).first()
+    row = conn.execute(_TOPIC_STATE.where(topic_offset.c.topic == topic)).first()
     return TopicState(*row) if row is not None else None
+
+
+def list_topics(conn: Connection, after: str, limit: int) -> list[TopicState]:
+    """Topics by name after ``after``, with their offsets and retention."""
+    stmt = _TOPIC_STATE.where(topic_offset.c.topic > after).order_by(topic_offset.c.topic)
+    return [TopicState(*row) for row in conn.execute(stmt.limit(limit))]
 
 
 def first_offset(conn: Connection, topic: str) -> int:

@@ -1,4 +1,6 @@
-"""The README's Python example runs as written against a real `txmsg serve`."""
+"""The documentation's examples run as written against a real `txmsg serve`: the Python
+blocks of the README and of every page under docs/, and the README's five-minute tour
+(its shell blocks, in order, with curl and the admin CLI)."""
 
 from __future__ import annotations
 
@@ -7,30 +9,85 @@ import subprocess
 import sys
 from pathlib import Path
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+from tests.acceptance.conftest import TXMSG, clean_env
+
+ROOT = Path(__file__).resolve().parents[2]
+README = ROOT / "README.md"
+PAGES = [README, *sorted((ROOT / "docs").glob("*.md"))]
 
 
-def python_blocks() -> list[str]:
-    return re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.DOTALL)
+def blocks(text: str, language: str) -> list[str]:
+    return re.findall(rf"```{language}\n(.*?)```", text, flags=re.DOTALL)
 
 
-def test_readme_has_a_python_example() -> None:
-    assert python_blocks()
+def python_blocks() -> list[tuple[Path, str]]:
+    return [(page, block) for page in PAGES for block in blocks(page.read_text(), "python")]
 
 
-def test_readme_python_examples_run(serve_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def tour_blocks() -> list[str]:
+    tour = README.read_text().split("\n## A five-minute tour\n", 1)[1].split("\n## ", 1)[0]
+    return blocks(tour, "sh")
+
+
+def test_the_docs_have_python_examples() -> None:
+    found = python_blocks()
+    assert [p.name for p, b in found if "send_in_transaction(" in b] == ["sdk.md"]
+    assert len(tour_blocks()) == 4
+
+
+def test_python_examples_run(serve_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     served = serve_factory({"TXMSG_DATABASE_URL": f"sqlite:///{tmp_path / 'r.db'}",
                             "TXMSG_TRANSACTION_TIMEOUT_SECONDS": "1"})
-    outputs = []
-    for block in python_blocks():
+    for page, block in python_blocks():
         script = tmp_path / "example.py"
         script.write_text(block)
         done = subprocess.run([sys.executable, str(script)], check=False, capture_output=True,
                               text=True,
                               timeout=120, env={"TXMSG_URL": served.url, "PATH": "/usr/bin"},
-                              cwd=Path(__file__).resolve().parents[2])
-        assert done.returncode == 0, done.stderr
-        outputs.append(done.stdout)
-    lines = outputs[0].splitlines()  # the producer SDK's example
-    assert lines[0].startswith("COMMITTED [{'message_id'")
-    assert lines[-1] == "COMMITTED"
+                              cwd=ROOT)
+        assert done.returncode == 0, (page.name, done.stderr)
+        if "send_in_transaction(" in block:  # the producer SDK's example
+            lines = done.stdout.splitlines()
+            assert lines[0].startswith("COMMITTED [{'message_id'")
+            assert lines[-1] == "COMMITTED"
+
+
+def test_the_five_minute_tour_runs(serve_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    database = {"TXMSG_DATABASE_URL": f"sqlite:///{tmp_path / 'tour.db'}"}
+    served = serve_factory({**database, "TXMSG_TRANSACTION_TIMEOUT_SECONDS": "1"})
+    serve, *steps = tour_blocks()
+    assert serve.startswith(".venv/bin/txmsg serve ")  # this test starts it (served)
+    script = ("set -eu\n" + "\n".join(steps)).replace(
+        "localhost:8080", f"127.0.0.1:{served.port}").replace(".venv/bin/txmsg", TXMSG)
+    done = subprocess.run(["bash", "-c", script], check=False, capture_output=True, text=True,
+                          timeout=300, env=clean_env(database), cwd=tmp_path)
+    assert done.returncode == 0, (done.stdout, done.stderr)
+    out = done.stdout
+    assert '{"topic":"orders","messages":[],"next_offset":0,"first_offset":0}' in out
+    assert re.search(r'"transaction_id":"order-1","state":"COMMITTED","messages":\[\{'
+                     r'"message_id":"\w+","topic":"orders","offset":0\}\]', out)
+    assert '"body":"{\\"order\\": 1}"' in out and '"next_offset":1' in out
+    assert '{"transaction_id":"order-2","state":"ROLLED_BACK"}' in out
+    assert '"status":409' in out and "cannot commit transaction 'order-2'" in out
+    assert 'txmsg_checks_total{result="REFUSED"} 1.0\n' in out
+    shown = out.split("checks (1):\n", 1)[1].splitlines()
+    assert shown[1].split()[0] == "1" and shown[1].split()[2:4] == [
+        "REFUSED", "http://127.0.0.1:9000/check"]
+    assert "shop order-3: COMMITTED" in out.splitlines()
+    listed = out.split("\nproducer_group  transaction_id", 1)[1].splitlines()[1:]
+    assert [line.split()[:3] for line in listed] == [
+        ["shop", "order-1", "COMMITTED"], ["shop", "order-2", "ROLLED_BACK"],
+        ["shop", "order-3", "COMMITTED"]]
+
+
+def test_the_api_guide_example_runs(serve_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    served = serve_factory({"TXMSG_DATABASE_URL": f"sqlite:///{tmp_path / 'api.db'}"})
+    [example] = blocks((ROOT / "docs" / "api.md").read_text(), "sh")
+    done = subprocess.run(["bash", "-c", "set -eu\n" + example.replace(
+        "curl ", "curl -sS -w '\\n' ").replace("localhost:8080", f"127.0.0.1:{served.port}")],
+        check=False, capture_output=True, text=True, timeout=120, env=clean_env({}))
+    assert done.returncode == 0, done.stderr
+    answers = done.stdout.splitlines()
+    assert len(answers) == 4
+    assert '"state":"PREPARED"' in answers[1] and '"state":"COMMITTED"' in answers[2]
+    assert '"offset":0,' in answers[3] and '"body":"{\\"order\\": 1}"' in answers[3]

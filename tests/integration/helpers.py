@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Engine, func, select
@@ -39,3 +43,28 @@ class FakeClock:
 
     def __call__(self) -> float:
         return self.now
+
+
+class Txmsg:
+    """The ``txmsg`` command on one database: in this process (``run``, click's runner) or
+    as the installed console script in a child process (``script``)."""
+
+    def __init__(self, database_url: str) -> None:
+        self.database_url = database_url
+
+    def run(self, *args: str, code: int = 0) -> Any:
+        from click.testing import CliRunner
+
+        from app.cli import main
+
+        result = CliRunner(env={"TXMSG_DATABASE_URL": self.database_url}).invoke(main, args)
+        assert result.exit_code == code, (result.output, result.exception)
+        return result
+
+    def script(self, *args: str, code: int = 0) -> subprocess.CompletedProcess[str]:
+        script = Path(sys.executable).parent / "txmsg"
+        env = {k: v for k, v in os.environ.items() if not k.startswith("TXMSG_")}
+        done = subprocess.run([str(script), *args], capture_output=True, text=True, timeout=300,
+                              env={**env, "TXMSG_DATABASE_URL": self.database_url}, check=False)
+        assert done.returncode == code, (done.stdout, done.stderr)
+        return done

@@ -12,7 +12,7 @@ from app.cli import main
 from app.domain.tokens import CACHE_SECONDS, TokenGuard
 from app.web import create_app
 from tests.conftest import make_settings
-from tests.integration.helpers import FakeClock
+from tests.integration.helpers import FakeClock, Txmsg
 
 ADMIN_TOKEN = "cli-test-admin-token-0123456789"
 
@@ -72,3 +72,16 @@ def test_refusals_are_one_line_and_write_nothing(txmsg, args: tuple[str, ...],  
     result = txmsg(*args, code=1)
     assert result.output.startswith(f"txmsg: {code}: ") and result.output.count("\n") == 1
     assert json.loads(txmsg("list", "--json").output) == []
+
+
+def test_the_console_script(database_url: str) -> None:
+    script = Txmsg(database_url)
+    made = json.loads(script.script("tokens", "create", "--name", "ops", "--scope", "admin",
+                                    "--json").stdout)
+    assert set(made) == {"token_id", "name", "scopes", "created_at", "token"}
+    listed = json.loads(script.script("tokens", "list", "--json").stdout)
+    assert [(t["token_id"], t["scopes"]) for t in listed] == [(made["token_id"], ["admin"])]
+    assert script.script("tokens", "revoke", made["token_id"]).stdout == \
+        f"revoked {made['token_id']}\n"
+    gone = script.script("tokens", "revoke", made["token_id"], code=1)
+    assert gone.stderr.startswith("txmsg: token_not_found: ")

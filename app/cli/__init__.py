@@ -1,4 +1,5 @@
-"""The ``txmsg`` command: the composition root (API + embedded checker, ingestion).
+"""The ``txmsg`` command: the composition root (API + embedded checker, ingestion), and
+the admin command groups on the database, one module each (``app.cli.tokens``, ...).
 
 Imports happen inside the commands: ``serve`` must set PROMETHEUS_MULTIPROC_DIR before
 any metric is created, so that the web workers and the checker share their counters.
@@ -13,35 +14,15 @@ import shutil
 import socket
 import sys
 import tempfile
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-if TYPE_CHECKING:
-    from sqlalchemy import Engine
-
-    from app.config import Settings
+from app.cli import tokens as tokens_cli
+from app.cli import topics as topics_cli
+from app.cli import transactions as transactions_cli
+from app.cli.common import load_settings as _settings
 
 log = logging.getLogger("txmsg")
-
-T = TypeVar("T")
-
-
-
-def _settings() -> Settings:
-    """The settings; a refused one is a line on stderr and exit status 2, not a traceback."""
-    from pydantic import ValidationError
-
-    from app.config import Settings
-
-    try:
-        return Settings()
-    except ValidationError as exc:
-        for error in exc.errors(include_url=False, include_input=False):
-            name = "TXMSG_" + "_".join(str(p) for p in error["loc"]).upper()
-            click.echo(f"txmsg: {name}: {error['msg']}", err=True)
-        sys.exit(2)
 
 
 @click.group()
@@ -183,94 +164,11 @@ def ingest(output: str, topics: str | None) -> None:
     sys.exit(ingest_main(_settings(), output, topics))
 
 
-@main.group()
-def tokens() -> None:
-    """Scoped bearer tokens (access control), made on the database directly.
-
-    The same rules as /v1/tokens; a token revoked here is refused by running servers
-    within 5 s.
-    """
-
-
-@tokens.command("create")
-@click.option("--name", required=True, help="A label for people: who holds it, what for.")
-@click.option("--scope", "scopes", multiple=True, required=True,
-              help="admin, produce:<group>, consume:<topic> (* for every name); repeatable.")
-@click.option("--json", "as_json", is_flag=True, help="One JSON object, for scripts.")
-def tokens_create(name: str, scopes: tuple[str, ...], as_json: bool) -> None:
-    """Make a token; its secret is printed this once."""
-    from app.domain import tokens as domain
-
-    request = _or_exit(domain.parse_token_request, {"name": name, "scopes": list(scopes)})
-    made = _or_exit(domain.create, _engine(), request)
-    if as_json:
-        click.echo(_json(made))
-        return
-    click.echo(_table([made], ("token_id", "name", "scopes", "created_at")))
-    click.echo(f"token (shown this once, store it now): {made['token']}")
-
-
-@tokens.command("list")
-@click.option("--json", "as_json", is_flag=True, help="A JSON array, for scripts.")
-def tokens_list(as_json: bool) -> None:
-    """Every token, oldest first, without secrets."""
-    from app.domain import tokens as domain
-
-    engine, found, after = _engine(), [], 0
-    while True:
-        page = _or_exit(domain.list_tokens, engine, after, 1000)
-        found += page["tokens"]
-        if page["next_after"] is None:
-            break
-        after = int(page["next_after"])
-    click.echo(_json(found) if as_json else
-               _table(found, ("token_id", "name", "scopes", "created_at")))
-
-
-@tokens.command("revoke")
-@click.argument("token_id")
-def tokens_revoke(token_id: str) -> None:
-    """Revoke a token."""
-    from app.domain import tokens as domain
-
-    _or_exit(domain.revoke, _engine(), _or_exit(domain.check_token_id, token_id))
-    click.echo(f"revoked {token_id}")
-
-
-def _engine() -> Engine:
-    from app.storage.db import make_engine
-
-    return make_engine(_settings(), pool=False)
-
-
-def _or_exit(step: Callable[..., T], *args: Any) -> T:
-    """``step(*args)``; a refusal (bad input, not found, database down) is one line on
-    stderr and exit status 1."""
-    from app.errors import ApiError
-
-    try:
-        return step(*args)
-    except ApiError as exc:
-        click.echo(f"txmsg: {exc.code}: {exc.detail}", err=True)
-        sys.exit(1)
-
-
-def _json(value: object) -> str:
-    from app.api.http import dump_json
-
-    return dump_json(value).decode()
-
-
-def _table(rows: list[dict[str, Any]], columns: tuple[str, ...]) -> str:
-    def text(value: object) -> str:
-        if isinstance(value, list):
-            return ",".join(map(str, value))
-        return value.isoformat(timespec="seconds") if hasattr(value, "isoformat") else str(value)
-
-    cells = [list(columns)] + [[text(row[c]) for c in columns] for row in rows]
-    widths = [max(len(line[i]) for line in cells) for i in range(len(columns))]
-    return "\n".join("  ".join(v.ljust(w) for v, w in zip(line, widths, strict=True)).rstrip()
-                     for line in cells)
+# The admin commands, on the database through the domain functions the API uses: one
+# module per group under app/cli/ (with app.cli.common), each exporting its click ``group``.
+ADMIN_GROUPS = (tokens_cli.group, transactions_cli.group, topics_cli.group)
+for _group in ADMIN_GROUPS:
+    main.add_command(_group)
 
 
 def _is_loopback(host: str) -> bool:
@@ -291,7 +189,3 @@ def _redacted(url: str) -> str:
     from sqlalchemy.engine import make_url
 
     return make_url(url).render_as_string(hide_password=True)
-
-
-if __name__ == "__main__":
-    main()
