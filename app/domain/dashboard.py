@@ -252,7 +252,11 @@ def message(engine: Engine, message_id: str) -> dict[str, Any]:
             "keys": orjson.loads(row.keys), "properties": orjson.loads(row.properties),
             "transaction_id": row.transaction_id, "producer_group": row.producer_group,
             "state": row.state, "offset": row.queue_offset, "committed_at": row.committed_at,
-            "created_at": row.created_at, "size": row.size, "discarded_to": discarded,
+            "created_at": row.created_at, "size": row.size,
+            "discarded_to": [{"topic": e.topic, "queue_offset": e.queue_offset,
+                              "committed_at": e.committed_at,
+                              "properties": orjson.loads(e.properties or "{}")}
+                             for e in discarded],
             **_body(preview if row.body_is_text else preview[:PREVIEW_BYTES * 4],
                     row.body_is_text, row.size)}
 

@@ -221,7 +221,8 @@ def discard_entries(conn: Connection, message_ids: Sequence[str]) -> list[AnyRow
     """Where these messages were appended to the discard topic (offsets, properties)."""
     if not message_ids:
         return []
-    stmt = (select(message_log.c.topic, message_log.c.queue_offset, half_message.c.message_id)
+    stmt = (select(message_log.c.topic, message_log.c.queue_offset, message_log.c.properties,
+                   message_log.c.committed_at, half_message.c.message_id)
             .join(half_message, half_message.c.id == message_log.c.half_message_id)
             .where(half_message.c.message_id.in_(sorted(message_ids)),
                    message_log.c.topic != half_message.c.topic)

@@ -335,7 +335,7 @@ def message(message_id: str) -> str:
     shown = dashboard.message(state().engine, message_id)
     if not (viewer().may(CONSUME, shown["topic"])
             or viewer().may(PRODUCE, shown["producer_group"])
-            or any(viewer().may(CONSUME, e.topic) for e in shown["discarded_to"])):
+            or any(viewer().may(CONSUME, e["topic"]) for e in shown["discarded_to"])):
         raise _refuse(f"{CONSUME}:{shown['topic']}")
     return render_template("message.html", m=shown)
 
