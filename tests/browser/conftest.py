@@ -177,6 +177,7 @@ class Browser:
         self.driver.find_element(by, value).click()
 
     def sign_in(self, token: str = ADMIN_TOKEN) -> None:
+        self.open("/ui/sign-in")  # cookies are deleted for the page's site
         self.driver.delete_all_cookies()
         self.open("/ui/")
         self.wait_heading("Sign in")
