@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import requests
 from selenium import webdriver
-from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
+from selenium.common.exceptions import WebDriverException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
@@ -160,18 +160,21 @@ class Browser:
         self.driver.get(f"{self.site.url}{path}")
 
     def wait(self, condition: Callable[[WebDriver], Any], what: str) -> Any:
-        # a page replaced while it is read: read the new one on the next poll
-        return WebDriverWait(self.driver, WAIT, poll_frequency=0.1, ignored_exceptions=(
-            NoSuchElementException, StaleElementReferenceException)).until(
+        # a page replaced while it is read (chromedriver says so in several ways, stale
+        # elements and nodes no longer in the document among them): read the new one on
+        # the next poll
+        return WebDriverWait(self.driver, WAIT, poll_frequency=0.1,
+                             ignored_exceptions=(WebDriverException,)).until(
             condition, message=f"waiting for {what}")
 
     def heading(self) -> str:
-        text: str = self.driver.find_element(By.TAG_NAME, "h1").text
-        return text
+        """The page's h1, read in one script (no element handle to go stale)."""
+        text: str | None = self.driver.execute_script(
+            "const h = document.querySelector('h1'); return h && h.textContent.trim();")
+        return " ".join((text or "").split())
 
     def wait_heading(self, starts: str) -> None:
-        self.wait(lambda d: d.find_element(By.TAG_NAME, "h1").text.startswith(starts),
-                  f"a page headed {starts!r}")
+        self.wait(lambda _: self.heading().startswith(starts), f"a page headed {starts!r}")
 
     def click(self, by: str, value: str) -> None:
         self.driver.find_element(by, value).click()
