@@ -133,6 +133,19 @@ def test_over_https_the_cookie_is_secure(app: Any) -> None:
     assert "; Secure" in r.headers["Set-Cookie"]
 
 
+def test_pages_are_never_framed_cached_or_scripted(client: Any,
+                                                  seeded: dict[str, Any]) -> None:
+    sign_in(client)
+    for page in [*PAGES, "/ui/sign-in", "/ui/no-such-page"]:
+        r = client.get(page)
+        csp = r.headers["Content-Security-Policy"]
+        assert "frame-ancestors 'none'" in csp and "default-src 'none'" in csp, page
+        assert "script-src" not in csp
+        assert r.headers["X-Frame-Options"] == "DENY"
+        assert r.headers["Cache-Control"] == "no-store", page
+    assert "no-store" not in client.get("/ui/static/ui.css").headers["Cache-Control"]
+
+
 def test_a_bad_token_signs_no_one_in(client: Any) -> None:
     r = sign_in(client, token="txmsg_0123456789abcdef_" + "x" * 43)
     assert r.status_code == 401 and "unknown or revoked" in text(r)
