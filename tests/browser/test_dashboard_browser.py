@@ -140,6 +140,9 @@ def test_every_page_fits_a_phone(browser: Browser, site: Site) -> None:
         browser.open(path)
         browser.wait(lambda d: d.find_elements(By.TAG_NAME, "h1"), path)
         assert browser.overflow() <= 0, path
+        styled = browser.driver.execute_script(  # the stylesheet passed the page's CSP
+            "return getComputedStyle(document.querySelector('header')).backgroundColor")
+        assert styled == "rgb(24, 32, 42)", path
         browser.shot(f"phone-{name}")
 
 
