@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from flask import Flask
 from sqlalchemy import Engine
 
+from app import ui
 from app.api import access, telemetry
 from app.api.asgi import Api
 from app.api.http import register_error_handlers
@@ -31,7 +32,8 @@ class AppState:
 
 
 def create_app(settings: Settings | None = None, *, engine: Engine | None = None) -> Flask:
-    """Build the API: settings from the environment unless given, one engine, two writers."""
+    """Build the API and the dashboard (/ui/): settings from the environment unless given,
+    one engine, two writers."""
     settings = settings or Settings()
     engine = engine or make_engine(settings)
     app = Flask(__name__)
@@ -43,6 +45,7 @@ def create_app(settings: Settings | None = None, *, engine: Engine | None = None
     telemetry.install(app)
     for bp in BLUEPRINTS:
         app.register_blueprint(bp)
+    ui.install(app, settings)
     return app
 
 

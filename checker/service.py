@@ -182,9 +182,11 @@ class CheckService:
             return
         started = time.perf_counter()
         answer = self._caller().ask(claim.urls, delivery.body, claim.timeout, delivery.signer)
-        self._log(claim, answer, time.perf_counter() - started)
+        seconds = time.perf_counter() - started
+        self._log(claim, answer, seconds)
         self.checks.record(claim, result=answer.result.value, resolution=answer.resolution,
-                           url=answer.url, detail=answer.detail)
+                           url=answer.url, detail=answer.detail,
+                           duration_ms=round(seconds * 1000, 3))
 
     def _caller(self) -> callback.Caller:
         caller = getattr(self._local, "caller", None)

@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
-# Installs what txmsg needs from Debian (JDBC drivers, Java) and starts the local
-# PostgreSQL when it is installed but down. Idempotent; quiet when all is there.
+# Installs what txmsg needs from Debian (JDBC drivers, Java, Chromium for the browser
+# tests) and starts the local PostgreSQL when it is installed but down. Idempotent;
+# quiet when all is there.
 set -euo pipefail
 
 need=()
 [ -f /usr/share/java/postgresql.jar ] || need+=(libpostgresql-jdbc-java)
 [ -f /usr/share/java/sqlite-jdbc.jar ] || need+=(libxerial-sqlite-jdbc-java)
 command -v java >/dev/null 2>&1 || need+=(openjdk-17-jre-headless)
+# the dashboard's browser tests (tests/browser) drive Debian's headless Chromium
+[ -x /usr/bin/chromium ] || need+=(chromium)
+[ -x /usr/bin/chromedriver ] || need+=(chromium-driver)
 if [ ${#need[@]} -gt 0 ]; then
   sudo=""
   [ "$(id -u)" -eq 0 ] || sudo="sudo"

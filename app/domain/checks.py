@@ -265,9 +265,10 @@ class Checks:
         return Delivery(body, signing.Signer(webhook_id, claim.keys))
 
     def record(self, claim: Claim, *, result: str, resolution: Resolution, url: str | None,
-               detail: str | None) -> bool:
+               detail: str | None, duration_ms: float | None = None) -> bool:
         """Count check number ``claim.number`` with the producer's answer (``result`` as
-        the check log and metrics name it), then commit or roll back as the producer
+        the check log and metrics name it, ``duration_ms`` what asking took), then commit
+        or roll back as the producer
         decided, or discard after the last check. False if the check was not counted:
         the lease was lost to another checker."""
         number = claim.number
@@ -283,6 +284,7 @@ class Checks:
                 if checks.record_check(
                         conn, txn_id=claim.txn_id, owner=self.owner, check_times=number,
                         result=result, url=url, detail=detail, now=now,
+                        duration_ms=duration_ms,
                         # keep the lease while we resolve or discard it, so no one checks
                         # it meanwhile
                         next_check_at=None if decided or last else next_check(self.settings,

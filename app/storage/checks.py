@@ -107,7 +107,7 @@ def lease_state(conn: Connection, txn_id: int) -> AnyRow | None:
 
 def record_check(conn: Connection, *, txn_id: int, owner: str, check_times: int, result: str,
                  url: str | None, detail: str | None, now: datetime,
-                 next_check_at: datetime | None) -> bool:
+                 next_check_at: datetime | None, duration_ms: float | None = None) -> bool:
     """Count check number ``check_times`` and log it; False (nothing written) if not ours.
 
     It is ours while we hold the lease, or when a commit or rollback through the API
@@ -128,7 +128,8 @@ def record_check(conn: Connection, *, txn_id: int, owner: str, check_times: int,
         return False
     conn.execute(insert(check_log).values(
         txn_id=txn_id, check_times=check_times, result=result, url=url,
-        detail=detail[:DETAIL_MAX_CHARS] if detail else None, created_at=now))
+        detail=detail[:DETAIL_MAX_CHARS] if detail else None, created_at=now,
+        duration_ms=duration_ms))
     return True
 
 
@@ -145,6 +146,6 @@ def release(conn: Connection, txn_id: int, owner: str, due_at: datetime | None =
 def checks_of(conn: Connection, txn_id: int) -> list[AnyRow]:
     """The check log of one transaction, oldest first."""
     stmt = (select(check_log.c.check_times, check_log.c.result, check_log.c.url,
-                   check_log.c.detail, check_log.c.created_at)
+                   check_log.c.detail, check_log.c.created_at, check_log.c.duration_ms)
             .where(check_log.c.txn_id == txn_id).order_by(check_log.c.id))
     return list(conn.execute(stmt))

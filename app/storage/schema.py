@@ -10,7 +10,7 @@ Table groups:
   transaction as the op row that changes it, so that "unresolved" is an indexed lookup
   (the partial index ``ix_txn_due``) whose cost does not grow with resolved history.
 - ``op_log``: append-only COMMIT / ROLLBACK / DISCARD / RESUME records.
-- ``check_log``: one row per check delivered, with its number and result.
+- ``check_log``: one row per check delivered, with its number, result and duration.
 - ``message_log`` and ``topic_offset``: the committed log, with dense per-topic offsets
   (``queue_offset``) handed out from a per-topic counter row inside the commit.
 - ``api_token``: scoped bearer tokens; the secret itself is never stored, only its hash.
@@ -31,6 +31,7 @@ from sqlalchemy import (
     Boolean,
     Column,
     DateTime,
+    Float,
     ForeignKey,
     Index,
     Integer,
@@ -179,7 +180,11 @@ check_log = Table(
     Column("url", Text, nullable=True),
     Column("detail", Text, nullable=True),
     Column("created_at", UTCDateTime, nullable=False),
+    # asking the producer's URLs, in milliseconds (NULL for checks recorded before 0006)
+    Column("duration_ms", Float, nullable=True),
     Index("ix_check_log_txn_id", "txn_id"),
+    # the dashboard's "checks in the last hour"
+    Index("ix_check_log_created_at", "created_at"),
 )
 
 message_log = Table(

@@ -75,9 +75,10 @@ def seeded(client: Any) -> dict[str, str]:
 
 
 def _routes(app: Any) -> Iterator[tuple[str, str, Any]]:
-    """(method, Flask rule, view) of every route."""
+    """(method, Flask rule, view) of every API route (the dashboard's pages, ``ui.*``,
+    check their own sessions: tests/integration/test_dashboard.py)."""
     for rule in app.url_map.iter_rules():
-        if rule.endpoint == "static":
+        if rule.endpoint == "static" or rule.endpoint.startswith("ui."):
             continue
         for method in sorted(rule.methods - {"HEAD", "OPTIONS"}):
             yield method, rule.rule, app.view_functions[rule.endpoint]

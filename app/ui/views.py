@@ -1,0 +1,385 @@
+"""The dashboard's pages. Each view is ``@public`` to the API's bearer-token check: the
+dashboard checks its own session (``_signed_in``) and each page checks the viewer's
+scopes itself, as the API's routes would."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from flask import (
+    Blueprint,
+    Response,
+    flash,
+    g,
+    redirect,
+    render_template,
+    request,
+    send_from_directory,
+    session,
+    url_for,
+)
+from flask_wtf.csrf import CSRFError, CSRFProtect
+from sqlalchemy.exc import SQLAlchemyError
+from werkzeug.exceptions import HTTPException
+from werkzeug.wrappers import Response as BaseResponse
+
+from app.api.access import public
+from app.api.http import state
+from app.domain import dashboard, tokens
+from app.domain.access import ADMIN, CONSUME, PRODUCE, UNRESTRICTED, Principal, names_allowed
+from app.domain.names import (
+    DISCARD_TOPIC,
+    check_group_name,
+    check_readable_topic,
+    check_transaction_id,
+)
+from app.errors import ApiError, Forbidden, InvalidRequest
+from app.storage.db import unavailable
+from app.vocabulary import Op, State
+
+STATIC = Path(__file__).parent / "static"
+ADMIN_SESSION = "admin"  # the session's "who" when signed in with TXMSG_ADMIN_TOKEN
+ACTIONS = {"commit": Op.COMMIT, "rollback": Op.ROLLBACK, "resume-check": Op.RESUME}
+# what each action may follow, and says (the state machine itself decides, in the domain)
+OFFERED = {Op.COMMIT: {State.PREPARED, State.DISCARDED},
+           Op.ROLLBACK: {State.PREPARED, State.DISCARDED}, Op.RESUME: {State.DISCARDED}}
+EXPLAINED = {
+    Op.COMMIT: "Its messages become visible to readers, at the next offsets of their topics.",
+    Op.ROLLBACK: "Its messages are dropped for good; readers never see them.",
+    Op.RESUME: "It goes back to PREPARED with its check count at 0, and its producer is "
+               "asked again.",
+}
+SOURCE = "dashboard"  # the op log's source of what an operator does here
+
+bp = Blueprint("ui", __name__, url_prefix="/ui", template_folder="templates")
+csrf = CSRFProtect()
+
+
+# -- who is looking ----------------------------------------------------------------------
+
+def viewer() -> Principal:
+    principal: Principal = g.ui_principal
+    return principal
+
+
+def _session_principal() -> Principal | None:
+    who = session.get("who")
+    if who == ADMIN_SESSION:
+        return UNRESTRICTED
+    if isinstance(who, str):
+        return tokens.principal_of(state().engine, who)
+    return None
+
+
+@bp.before_request
+def _signed_in() -> BaseResponse | None:
+    """Sign-in first (when access control is on), and a valid CSRF token on every POST."""
+    if request.endpoint == "ui.static":
+        return None
+    if request.method == "POST":
+        csrf.protect()
+    if not state().guard.enabled:
+        g.ui_principal = UNRESTRICTED
+        return None
+    if request.endpoint == "ui.sign_in":
+        return None
+    principal = _session_principal()
+    if principal is None:
+        session.pop("who", None)
+        return redirect(url_for("ui.sign_in", next=request.full_path.rstrip("?")))
+    g.ui_principal = principal
+    return None
+
+
+# nothing but this site's own stylesheet, forms posting back here, and never inside a frame
+# (a framed confirmation button could be clicked by a page that hides it)
+SECURITY_HEADERS = {
+    "Content-Security-Policy": "default-src 'none'; style-src 'self'; img-src 'self'; "
+                               "form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+    "X-Frame-Options": "DENY",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",
+}
+
+
+@bp.after_request
+def _secured(response: Response) -> Response:
+    response.headers.update(SECURITY_HEADERS)
+    if request.endpoint != "ui.static":  # pages show live data, some of it sensitive
+        response.headers["Cache-Control"] = "no-store"
+    return response
+
+
+@bp.app_template_global()
+def may(action: str, name: str | None = None) -> bool:
+    return viewer().may(action, name)
+
+
+@bp.context_processor
+def _context() -> dict[str, Any]:
+    principal = g.get("ui_principal")
+    return {"access_on": state().guard.enabled, "signed_in": principal is not None,
+            "States": State, "DISCARD_TOPIC": DISCARD_TOPIC, "ADMIN": ADMIN,
+            "PRODUCE": PRODUCE, "CONSUME": CONSUME}
+
+
+@bp.app_template_filter("ts")
+def _timestamp(value: datetime | None) -> str:
+    return value.strftime("%Y-%m-%d %H:%M:%S") + "Z" if value is not None else "–"
+
+
+@bp.app_template_filter("age")
+def _age(seconds: float | None) -> str:
+    if seconds is None:
+        return "–"
+    s = int(seconds)
+    if s < 120:
+        return f"{s} s"
+    if s < 7200:
+        return f"{s // 60} min"
+    if s < 172800:
+        return f"{s // 3600} h {s % 3600 // 60} min"
+    return f"{s // 86400} d {s % 86400 // 3600} h"
+
+
+def _refuse(scope: str) -> Forbidden:
+    return Forbidden(f"this token does not have the scope {scope[:200]!r}",
+                     required_scope=scope[:200])
+
+
+def _require(action: str, name: str | None = None) -> None:
+    if not viewer().may(action, name):
+        raise _refuse(action if name is None else f"{action}:{name}")
+
+
+# -- errors: pages, not problem+json -----------------------------------------------------
+
+def _error_page(status: int, title: str, detail: str) -> tuple[str, int]:
+    return render_template("error.html", status=status, title=title, detail=detail), status
+
+
+@bp.errorhandler(ApiError)
+def _api_error(exc: ApiError) -> tuple[str, int]:
+    return _error_page(exc.status, exc.title, exc.detail)
+
+
+@bp.errorhandler(CSRFError)
+def _csrf_error(exc: CSRFError) -> tuple[str, int]:
+    return _error_page(400, "The form has expired",
+                       f"{exc.description} Reload the page and try again; nothing was changed.")
+
+
+@bp.errorhandler(SQLAlchemyError)
+def _database_error(exc: SQLAlchemyError) -> tuple[str, int]:
+    error = unavailable(exc)
+    if error is None:
+        raise exc
+    return _api_error(error)
+
+
+@bp.errorhandler(HTTPException)
+def _http_error(exc: HTTPException) -> tuple[str, int]:
+    return _error_page(exc.code or 500, exc.name, exc.description or exc.name)
+
+
+# -- signing in and out ------------------------------------------------------------------
+
+def _local(target: str | None) -> str:
+    """Where to go after signing in: a dashboard path, never another site."""
+    if target:
+        parts = urlsplit(target)
+        if not parts.scheme and not parts.netloc and parts.path.startswith("/ui/"):
+            return target
+    return url_for("ui.overview")
+
+
+@bp.route("/sign-in", methods=["GET", "POST"])
+@public
+def sign_in() -> BaseResponse | tuple[str, int]:
+    """Sign in with a token (the admin token or one made by the admin)."""
+    if not state().guard.enabled:
+        return redirect(url_for("ui.overview"))
+    target = _local(request.values.get("next"))
+    if request.method == "GET":
+        return render_template("sign_in.html", next=target), 200
+    token = request.form.get("token", "").strip()
+    principal = state().guard.verify(token) if token else None
+    if principal is None:
+        return render_template("sign_in.html", next=target,
+                               error="That token is unknown or revoked."), 401
+    session.clear()  # a new session: nothing carried over from before signing in
+    session.permanent = True
+    session["who"] = principal.token_id or ADMIN_SESSION
+    return redirect(target, 303)
+
+
+@bp.post("/sign-out")
+@public
+def sign_out() -> BaseResponse:
+    session.clear()
+    return redirect(url_for("ui.sign_in") if state().guard.enabled else url_for("ui.overview"),
+                    303)
+
+
+@bp.get("/static/<path:filename>")
+@public
+def static(filename: str) -> Response:
+    response = send_from_directory(STATIC, filename, max_age=3600)
+    return response
+
+
+# -- pages -------------------------------------------------------------------------------
+
+def _only(action: str) -> frozenset[str] | None:
+    return names_allowed(viewer().scopes, action)
+
+
+@bp.get("/")
+@public
+def overview() -> str:
+    """Topics, transactions by state, the oldest PREPARED one, the last hour's checks."""
+    view = dashboard.overview(state().engine, _only(PRODUCE), _only(CONSUME))
+    return render_template("overview.html", view=view)
+
+
+def _before() -> int | None:
+    raw = request.args.get("before", "")
+    if not raw:
+        return None
+    if not raw.isdigit() or len(raw) > 18:
+        raise InvalidRequest(f"before must be a transaction's number, got {raw[:40]!r}",
+                             code="invalid_query_parameter", parameter="before")
+    return int(raw)
+
+
+def _transactions_page(title: str, fixed_state: State | None) -> str:
+    group = dashboard.parse_group(request.args.get("group"))
+    wanted = fixed_state or dashboard.parse_state(request.args.get("state"))
+    search = request.args.get("q", "").strip() or None
+    page = dashboard.transactions(state().engine, _only(PRODUCE), group=group, state=wanted,
+                                  search=search, before=_before())
+    return render_template("transactions.html", title=title, page=page, group=group,
+                           state=wanted, search=search, fixed_state=fixed_state,
+                           endpoint=request.endpoint)
+
+
+@bp.get("/transactions")
+@public
+def transactions() -> str:
+    """Transactions newest first; by group and state, or a search by id."""
+    return _transactions_page("Transactions", None)
+
+
+@bp.get("/discarded")
+@public
+def discarded() -> str:
+    """DISCARDED transactions (checked the most times without an answer), to resume,
+    commit or roll back."""
+    return _transactions_page("Discarded transactions", State.DISCARDED)
+
+
+@bp.get("/transactions/<group>/<transaction_id>")
+@public
+def transaction(group: str, transaction_id: str) -> str:
+    """A transaction: messages, every check, its timeline; the actions its state allows."""
+    check_group_name(group)
+    check_transaction_id(transaction_id)
+    _require(PRODUCE, group)
+    view = dashboard.transaction(state().engine, group, transaction_id)
+    offered = [(name, op) for name, op in ACTIONS.items()
+               if State(view.transaction.state) in OFFERED[op]]
+    return render_template("transaction.html", view=view, offered=offered)
+
+
+@bp.route("/transactions/<group>/<transaction_id>/<any(commit,rollback,'resume-check'):action>",
+          methods=["GET", "POST"])
+@public
+def act(group: str, transaction_id: str, action: str) -> BaseResponse | str:
+    """An operator's commit, rollback or resume-check: a confirmation page, then the POST
+    of its form, through the same ``Lifecycle.finish`` as the API."""
+    check_group_name(group)
+    check_transaction_id(transaction_id)
+    _require(PRODUCE, group)
+    op = ACTIONS[action]
+    back = url_for("ui.transaction", group=group, transaction_id=transaction_id)
+    if request.method == "GET":
+        view = dashboard.transaction(state().engine, group, transaction_id)
+        return render_template("confirm.html", view=view, action=action, op=op,
+                               explained=EXPLAINED[op], back=back)
+    try:
+        result = state().lifecycle.finish(group, transaction_id, op, source=SOURCE)
+    except ApiError as exc:
+        if exc.status != 409:
+            raise
+        flash(exc.detail, "error")
+    else:
+        done = result.body["state"]
+        flash(f"Transaction {transaction_id} is {done} now." if result.applied
+              else f"Transaction {transaction_id} was already {done}.", "ok")
+    return redirect(back, 303)
+
+
+@bp.get("/topics")
+@public
+def topics() -> str:
+    """Topics the viewer may read, with their offsets and last hour's messages."""
+    return render_template("topics.html",
+                           lines=dashboard.topics(state().engine, _only(CONSUME)))
+
+
+@bp.get("/topics/<topic>")
+@public
+def topic(topic: str) -> str:
+    """A page of a topic's messages by offset (the latest by default)."""
+    check_readable_topic(topic)
+    _require(CONSUME, topic)
+    raw = request.args.get("from_offset", "")
+    if raw and (not raw.isdigit() or len(raw) > 18):
+        raise InvalidRequest(f"from_offset must be an offset, got {raw[:40]!r}",
+                             code="invalid_query_parameter", parameter="from_offset")
+    page = dashboard.browse(state().engine, topic, int(raw) if raw else None)
+    return render_template("topic.html", page=page, limit=dashboard.PAGE)
+
+
+@bp.get("/messages/<message_id>")
+@public
+def message(message_id: str) -> str:
+    """A message: where it is, its transaction, its properties and body."""
+    if len(message_id) > 64 or not message_id.isalnum():
+        raise InvalidRequest(f"{message_id[:64]!r} is not a message id",
+                             code="invalid_message_id")
+    shown = dashboard.message(state().engine, message_id)
+    if not (viewer().may(CONSUME, shown["topic"])
+            or viewer().may(PRODUCE, shown["producer_group"])
+            or any(viewer().may(CONSUME, e["topic"]) for e in shown["discarded_to"])):
+        raise _refuse(f"{CONSUME}:{shown['topic']}")
+    return render_template("message.html", m=shown)
+
+
+@bp.get("/groups")
+@public
+def groups() -> str:
+    """Registered producer groups with their check callbacks."""
+    after = request.args.get("after", "")
+    if after:
+        dashboard.parse_group(after)
+    shown, following = dashboard.groups(state().engine, _only(PRODUCE), after)
+    return render_template("groups.html", groups=shown, following=following)
+
+
+@bp.get("/tokens")
+@public
+def token_list() -> str:
+    """The tokens (admin only), without their secrets."""
+    _require(ADMIN)
+    listed = tokens.list_tokens(state().engine, 0, 1000)
+    return render_template("tokens.html", tokens=listed["tokens"])
+
+
+@bp.get("/<path:rest>")
+@public
+def unknown(rest: str) -> tuple[str, int]:
+    return _error_page(404, "Not Found", f"The dashboard has no page /ui/{rest[:200]}.")
