@@ -234,10 +234,23 @@ def _publish(to_publish: list[tuple[FinishCmd, Any]], messages: dict[int, list[A
                              PRODUCER_GROUP=row.producer_group,
                              CHECK_TIMES=str(cmd.check_times or row.check_times))
                 properties = orjson.dumps(props).decode()
-            log_rows.append({"topic": topic, "rel": rel, "half_message_id": m.id,
-                             "properties": properties, "committed_at": now})
+            log_row = {"topic": topic, "rel": rel, "half_message_id": m.id,
+                       "properties": properties, "committed_at": now}
+            if cmd.op is Op.COMMIT and (m.deliver_at is not None
+                                        or m.deliver_after_ms is not None):
+                log_row["deliver_at"] = deliver_at(m.deliver_after_ms, m.deliver_at, now)
+            log_rows.append(log_row)
             entries.append((m.message_id, topic, rel))
     return dict(counts), log_rows, placed
+
+
+def deliver_at(after_ms: int | None, at: datetime | None, committed_at: datetime
+               ) -> datetime | None:
+    """When subscriptions may deliver a message committed at ``committed_at``: a
+    ``deliver_after_ms`` counts from the commit."""
+    if at is not None:
+        return at
+    return None if after_ms is None else committed_at + timedelta(milliseconds=after_ms)
 
 
 def _state_change(cmd: FinishCmd, row: Any, now: datetime,

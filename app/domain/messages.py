@@ -10,6 +10,7 @@ import base64
 import binascii
 import functools
 import hashlib
+from datetime import datetime
 from typing import Annotated, Any, TypeVar
 
 import orjson
@@ -43,6 +44,7 @@ MAX_PROPERTIES = 128
 MAX_PROPERTIES_BYTES = 16 * 1024
 MAX_KEYS = 128
 MAX_CHECK_URLS = 16
+MAX_DELIVER_AFTER_MS = 864_000_000  # ten days
 
 _STRICT = ConfigDict(strict=True, extra="forbid", frozen=True)
 M = TypeVar("M", bound=BaseModel)
@@ -94,6 +96,30 @@ class MessageIn(BaseModel):
     keys: Keys = Field(default_factory=list)
     tag: Tag = None
     properties: Properties = Field(default_factory=dict)
+    deliver_after_ms: StrictInt | None = Field(None, ge=0, le=MAX_DELIVER_AFTER_MS, description=(
+        "Delayed delivery: subscriptions do not deliver the message before this many "
+        "milliseconds after its commit (offset reads show it at once). Not with `deliver_at`."))
+    deliver_at: datetime | None = Field(None, description=(
+        "Delayed delivery: subscriptions do not deliver the message before this time "
+        "(RFC 3339 with an offset; offset reads show it at once). Not with "
+        "`deliver_after_ms`."))
+
+    @field_validator("deliver_at", mode="before")
+    @classmethod
+    def _deliver_at(cls, value: object) -> object:
+        """An RFC 3339 string (strict mode takes no string for a datetime by itself)."""
+        if value is None:
+            return None
+        if not isinstance(value, str):
+            raise _custom("invalid_type", "deliver_at must be an RFC 3339 string")
+        try:
+            when = datetime.fromisoformat(value)
+        except ValueError:
+            raise _custom("invalid_deliver_at",
+                          f"deliver_at {value[:64]!r} is not an RFC 3339 time") from None
+        if when.tzinfo is None:
+            raise _custom("invalid_deliver_at", "deliver_at needs a UTC offset (or Z)")
+        return when
 
     @field_validator("topic")
     @classmethod
@@ -128,6 +154,9 @@ class MessageIn(BaseModel):
     def _one_body(self, info: ValidationInfo) -> MessageIn:
         if (self.body is None) == (self.body_base64 is None):
             raise _custom("invalid_body", "give exactly one of body or body_base64")
+        if self.deliver_after_ms is not None and self.deliver_at is not None:
+            raise _custom("invalid_deliver_at", "give at most one of deliver_after_ms or "
+                          "deliver_at")
         try:
             raw = self.raw_body
         except (binascii.Error, ValueError):
@@ -194,6 +223,9 @@ class TransactionIn(TransactionOptions):
             h.update(orjson.dumps([m.topic, m.body_is_text, m.keys, m.tag, m.properties],
                                   option=orjson.OPT_SORT_KEYS))
             h.update(hashlib.sha256(m.raw_body).digest())
+            if m.deliver_after_ms is not None or m.deliver_at is not None:
+                # only then, so that fingerprints of messages without a delay stay as they were
+                h.update(orjson.dumps([m.deliver_after_ms, m.deliver_at], option=orjson.OPT_UTC_Z))
         return h.hexdigest()
 
 
