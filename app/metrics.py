@@ -64,6 +64,13 @@ WRITERS = ("send", "finish")
 for _writer in WRITERS:
     BATCH_SIZE.labels(_writer)
     QUEUE_DEPTH.labels(_writer)
+REDELIVERIES = Counter(
+    "txmsg_redeliveries_total",
+    "Messages delivered again by a subscription (after a nack or a lease that ran out).",
+    ["topic", "subscription"])
+DEAD_LETTERS = Counter(
+    "txmsg_dead_letter_messages_total",
+    "Messages a subscription appended to its dead-letter topic.", ["topic", "subscription"])
 RETENTION_DELETED = Counter(
     "txmsg_retention_deleted_total",
     "Rows deleted by retention, by kind (committed log messages, transactions, their half "
@@ -78,10 +85,12 @@ __all__ = [
     "CHECK_DURATION",
     "COMMITTED",
     "CONTENT_TYPE_LATEST",
+    "DEAD_LETTERS",
     "DISCARDED",
     "FINISH_LATENCY",
     "HTTP_DURATION",
     "QUEUE_DEPTH",
+    "REDELIVERIES",
     "RETENTION_DELETED",
     "RETENTION_KINDS",
     "ROLLED_BACK",

@@ -24,6 +24,7 @@ from app.domain.callback_policy import CallbackPolicy
 from app.domain.messages import TransactionIn
 from app.domain.names import DISCARD_TOPIC
 from app.domain.states import Outcome
+from app.domain.wakeups import TopicSignal
 from app.errors import ApiError, Conflict, NotFound, UnregisteredProducerGroup
 from app.storage import finishes, groups, reads, sends
 from app.storage.sends import NewTransaction
@@ -278,6 +279,8 @@ class Lifecycle:
     def __init__(self, engine: Engine, settings: Settings) -> None:
         self.engine = engine
         self.settings = settings
+        # this process's commits wake the receives waiting on their topics
+        self.signal = TopicSignal()
         # what a send's check_url is judged by (built once: sends are the hot path)
         self.callback_policy = CallbackPolicy.from_settings(settings)
         self.send_writer: GroupCommitWriter[SendCmd] = GroupCommitWriter(
@@ -314,23 +317,26 @@ class Lifecycle:
     def finish(self, group: str, transaction_id: str, op: Op, *, source: str = "api",
                check_times: int | None = None) -> FinishResult:
         """Commit, roll back, discard or resume one transaction (API and checker alike)."""
-        return _finished(op, self.finish_writer.submit(
+        return self._finished(op, self.finish_writer.submit(
             FinishCmd(group, transaction_id, op, source, check_times)))
 
     async def finish_async(self, group: str, transaction_id: str, op: Op) -> FinishResult:
         """``finish`` of an API request, for a coroutine (the ASGI front)."""
-        return _finished(op, await self.finish_writer.submit_async(
+        return self._finished(op, await self.finish_writer.submit_async(
             FinishCmd(group, transaction_id, op)))
+
+    def _finished(self, op: Op, result: FinishResult) -> FinishResult:
+        if result.applied:
+            _count(op, result)
+            if op is Op.COMMIT:
+                self.signal.notify({m["topic"] for m in result.body["messages"]})
+            elif op is Op.DISCARD:
+                self.signal.notify((DISCARD_TOPIC,))
+        return result
 
     def close(self) -> None:
         self.send_writer.close()
         self.finish_writer.close()
-
-
-def _finished(op: Op, result: FinishResult) -> FinishResult:
-    if result.applied:
-        _count(op, result)
-    return result
 
 
 def _count(op: Op, result: FinishResult) -> None:

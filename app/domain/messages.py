@@ -265,6 +265,7 @@ _SINGLE_MESSAGE_FIELDS = frozenset(MessageIn.model_fields)
 _STATUS_BY_CODE: dict[str, type[ApiError]] = {"body_too_large": PayloadTooLarge}
 _CODE_BY_PYDANTIC_TYPE = {
     "missing": "missing_field",
+    "literal_error": "invalid_value",
     "extra_forbidden": "unknown_field",
     "too_short": "invalid_length",
     "too_long": "invalid_length",
