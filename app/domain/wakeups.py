@@ -32,6 +32,11 @@ class TopicSignal:
         with self._lock:
             return self._versions.setdefault(topic, 0)
 
+    def waiting(self, topic: str) -> int:
+        """Coroutines waiting on the topic now."""
+        with self._lock:
+            return len(self._futures.get(topic, ()))
+
     def notify(self, topics: Iterable[str]) -> None:
         """Something became deliverable on these topics (called once it is durable)."""
         woken: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []

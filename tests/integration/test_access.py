@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
-from app.api import asgi
+from app.api import asgi, subscriptions
 from app.api.access import access_of
 from app.api.openapi import openapi_document
 from app.api.routes import openapi_path
@@ -181,6 +181,32 @@ def test_the_asgi_front_checks_its_hot_routes_itself(app: Any, client: Any) -> N
         assert http.request("POST", base, body=body, headers=ok).status == 201
         assert http.request("POST", f"{base}/t-1/commit", headers=ok).status == 200
         assert http.request("POST", f"{base}/t-1/rollback", headers=ok).status == 409
+    finally:
+        http.close()
+
+
+def test_the_asgi_front_checks_receive_itself(app: Any, client: Any) -> None:
+    """A long-polling receive is served outside Flask, with the Flask view's declaration."""
+    assert asgi._RECEIVE_ACCESS is access_of(subscriptions.receive)
+    assert client.put(f"/v1/topics/{TOPIC}/subscriptions/s", json={},
+                      headers=AS_ADMIN).status_code == 201
+    consumer = make_token(client, f"consume:{TOPIC}")["token"]
+    outsider = make_token(client, "consume:other-topic")["token"]
+    front = asgi.Api(app)
+
+    async def no_flask(scope: Any, receive: Any, send: Any) -> None:
+        raise AssertionError(f"{scope['path']} went to Flask")
+
+    front._flask = no_flask  # type: ignore[assignment]
+    http = AsgiClient(front)
+    path = f"/v1/topics/{TOPIC}/subscriptions/s/receive"
+    try:
+        r = http.request("POST", path)
+        assert r.status == 401 and r.headers["www-authenticate"] == 'Bearer realm="txmsg"'
+        r = http.request("POST", path, headers=[("authorization", f"Bearer {outsider}")])
+        assert r.status == 403 and b'"forbidden"' in r.body
+        r = http.request("POST", path, headers=[("authorization", f"Bearer {consumer}")])
+        assert r.status == 200 and r.body == b'{"messages":[]}'
     finally:
         http.close()
 
