@@ -241,6 +241,14 @@ def delete(engine: Engine, topic: str, name: str) -> None:
         store.remove(conn, _found(conn, topic, name, lock=True).id)
 
 
+@wraps_db_errors
+def backlogs(engine: Engine) -> list[tuple[str, str, int]]:
+    """(topic, subscription, backlog) of every subscription, for the metrics."""
+    with engine.connect() as conn:
+        return [(r.topic, r.name, max(0, int(r.backlog)))
+                for r in store.backlogs(conn)]
+
+
 # -- receive ------------------------------------------------------------------------------
 
 

@@ -243,3 +243,41 @@ def append(conn: Connection, topic: str, rows: Sequence[Mapping[str, Any]]) -> i
     insert_rows(conn, message_log, [{"topic": topic, "queue_offset": first + i,
                                      "deliver_at": None, **r} for i, r in enumerate(rows)])
     return first
+
+
+def expire_below(conn: Connection, topic: str, end: int) -> list[tuple[str, int]]:
+    """Move the ack cursors of ``topic``'s subscriptions that are below ``end`` (the new
+    first retained offset) up to it, deleting their rows below it; for each moved one,
+    (name, how many offsets it had not acknowledged: skipped by retention)."""
+    stmt = (select(subscription.c.id, subscription.c.name, subscription.c.ack_cursor,
+                   subscription.c.read_offset)
+            .where(subscription.c.topic == topic, subscription.c.ack_cursor < end)
+            .order_by(subscription.c.id))
+    if is_pg(conn):
+        stmt = stmt.with_for_update()
+    moved = []
+    for sub in conn.execute(stmt).all():
+        acked = conn.execute(select(func.count()).where(
+            so.c.subscription_id == sub.id, so.c.acked, so.c.queue_offset < end)).scalar_one()
+        drop_below(conn, sub.id, end)
+        change(conn, sub.id, {"ack_cursor": end, "read_offset": max(sub.read_offset, end)})
+        moved.append((sub.name, end - sub.ack_cursor - int(acked)))
+    return moved
+
+
+def backlogs(conn: Connection) -> list[AnyRow]:
+    """Every subscription's (topic, name, backlog), for the metrics."""
+    acked = (select(so.c.subscription_id, func.count().label("n"))
+             .where(so.c.acked).group_by(so.c.subscription_id).subquery("acked"))
+    nxt = func.coalesce(topic_offset.c.next_offset, 0)
+    first = func.coalesce(topic_retention.c.first_offset, 0)
+    cursor = func.max(subscription.c.ack_cursor, first) if not is_pg(conn) else func.greatest(
+        subscription.c.ack_cursor, first)
+    return list(conn.execute(
+        select(subscription.c.topic, subscription.c.name,
+               (nxt - cursor - func.coalesce(acked.c.n, 0)).label("backlog"))
+        .select_from(subscription
+                     .outerjoin(topic_offset, topic_offset.c.topic == subscription.c.topic)
+                     .outerjoin(topic_retention, topic_retention.c.topic == subscription.c.topic)
+                     .outerjoin(acked, acked.c.subscription_id == subscription.c.id))
+        .order_by(subscription.c.topic, subscription.c.name)))
