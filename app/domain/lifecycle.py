@@ -171,9 +171,9 @@ def apply_finishes(conn: Connection, cmds: Sequence[FinishCmd]) -> list[FinishRe
         decided.append((cmd, row, verdict, state))
 
     applied = [(c, r) for c, r, o, _ in decided if o is Outcome.APPLY]
-    subscriptions.settle_acks(
-        conn, [r.id for c, r in applied if r.held_acks and c.op is Op.COMMIT],
-        [r.id for c, r in applied if r.held_acks and c.op in (Op.ROLLBACK, Op.DISCARD)])
+    releasing = [r.id for c, r in applied if r.held_acks and c.op in (Op.ROLLBACK, Op.DISCARD)]
+    released = subscriptions.settle_acks(
+        conn, [r.id for c, r in applied if r.held_acks and c.op is Op.COMMIT], releasing)
     to_publish = [(c, r) for c, r in applied if c.op in (Op.COMMIT, Op.DISCARD)]
     counts, log_rows, placed = _publish(to_publish, messages, now)
     changes: dict[int, dict[str, Any]] = {}
@@ -208,8 +208,11 @@ def apply_finishes(conn: Connection, cmds: Sequence[FinishCmd]) -> list[FinishRe
                     {"message_id": m.message_id, "topic": m.topic, "offset": m.queue_offset}
                     for m in repeats[row.id]]
                 body["messages"] = offsets
-            out.append(FinishResult(body, applied=outcome is Outcome.APPLY,
-                                    message_count=row.message_count, created_at=row.created_at))
+            result = FinishResult(body, applied=outcome is Outcome.APPLY,
+                                  message_count=row.message_count, created_at=row.created_at)
+            if released and row.id in releasing:
+                result.extra["released_topics"] = released  # of the whole batch: a hint
+            out.append(result)
     return out
 
 
@@ -359,6 +362,8 @@ class Lifecycle:
                 self.signal.notify({m["topic"] for m in result.body["messages"]})
             elif op is Op.DISCARD:
                 self.signal.notify((DISCARD_TOPIC,))
+            if result.extra.get("released_topics"):  # acks given back: deliverable now
+                self.signal.notify(result.extra["released_topics"])
         return result
 
     def close(self) -> None:

@@ -517,18 +517,22 @@ def hold_acks(conn: Connection, txn_id: int, acks: dict[tuple[str, str], list[in
     return held
 
 
-def settle_acks(conn: Connection, committed: Sequence[int], released: Sequence[int]) -> None:
+def settle_acks(conn: Connection, committed: Sequence[int], released: Sequence[int]
+                ) -> set[str]:
     """In a finish batch, before it publishes: what committed transactions held becomes
     acknowledged (their cursors move), what rolled back or discarded ones held is
     deliverable again at once. Subscription rows are locked first, as a receive locks
-    them, so the two cannot deadlock."""
+    them, so the two cannot deadlock. The topics where offsets were released (their
+    waiting receives may look again at once)."""
     every = [*committed, *released]
     if not every:
-        return
+        return set()
     subs = store.lock_holders(conn, every)
-    if released:
-        store.settle(conn, released, commit=False)
+    topics: set[str] = set()
+    if released and store.settle(conn, released, commit=False):
+        topics = {sub.topic for sub in subs}
     if committed:
         store.settle(conn, committed, commit=True)
         for sub in subs:
             store.advance(conn, sub.id, sub.ack_cursor, sub.read_offset)
+    return topics

@@ -122,3 +122,24 @@ def test_the_flask_route_waits_too(app: Any, client: Any) -> None:
         commit(client, 1)
         r = poll.result(timeout=60)
     assert r.status_code == 200 and [m["offset"] for m in r.json["messages"]] == [0]
+
+
+def test_a_rollback_that_releases_acks_wakes_the_waiting_receives(
+        front: tuple[Any, AsgiClient], monkeypatch: pytest.MonkeyPatch) -> None:
+    app, http = front
+    monkeypatch.setattr(longpoll, "RECHECK_SECONDS", 60.0)
+    client = app.test_client()
+    register(client)
+    assert client.put("/v1/topics/t/subscriptions/s", json={
+        "initial_position": "earliest"}).status_code == 201
+    commit(client, 1)
+    assert long_poll(http, 0) == [0]
+    held = send(client, transaction_id="out-1", topic="out", body="o",
+                acks=[{"topic": "t", "subscription": "s", "offsets": [0]}])
+    assert held.status_code == 201, held.json
+    signal = app.extensions["txmsg"].signal
+    with ThreadPoolExecutor(1) as pool:
+        poll = pool.submit(long_poll, http, 30_000)
+        wait_until(lambda: signal.waiting("t") == 1, what="the receive waiting")
+        assert finish(client, "out-1", "rollback").status_code == 200
+        assert poll.result(timeout=60) == [0]  # released at once, and the wait woken

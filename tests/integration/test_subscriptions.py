@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from sqlalchemy import func, select
 
+from app import metrics
 from app.domain import subscriptions as domain
 from app.storage.schema import subscription, subscription_offset
 from app.web import create_app
@@ -175,6 +176,8 @@ def test_a_lease_that_times_out_is_redelivered_and_renew_extends_it(
 
 
 def test_dead_letters_after_one_plus_max_redeliveries(client: Any, clock: Clock) -> None:
+    redelivered = metrics.REDELIVERIES.labels("t", "s")._value.get()
+    dead_lettered = metrics.DEAD_LETTERS.labels("t", "s")._value.get()
     register(client)
     create(client, initial_position="earliest", max_redeliveries=2)
     commit(client, 2)
@@ -198,6 +201,8 @@ def test_dead_letters_after_one_plus_max_redeliveries(client: Any, clock: Clock)
                                      "REDELIVERY_COUNT": "2"}
     assert receive(client) == []
     assert len(client.get("/v1/topics/t-s-DLQ/messages").json["messages"]) == 1
+    assert metrics.REDELIVERIES.labels("t", "s")._value.get() - redelivered == 2
+    assert metrics.DEAD_LETTERS.labels("t", "s")._value.get() - dead_lettered == 1
     # a dead-letter topic is an ordinary topic: subscribable
     create(client, "d", topic="t-s-DLQ", initial_position="earliest")
     assert offsets(receive(client, name="d", topic="t-s-DLQ")) == [0]
