@@ -64,6 +64,17 @@ WRITERS = ("send", "finish")
 for _writer in WRITERS:
     BATCH_SIZE.labels(_writer)
     QUEUE_DEPTH.labels(_writer)
+REDELIVERIES = Counter(
+    "txmsg_redeliveries_total",
+    "Messages delivered again by a subscription (after a nack or a lease that ran out).",
+    ["topic", "subscription"])
+DEAD_LETTERS = Counter(
+    "txmsg_dead_letter_messages_total",
+    "Messages a subscription appended to its dead-letter topic.", ["topic", "subscription"])
+SUBSCRIPTION_EXPIRED = Counter(
+    "txmsg_subscription_expired_messages_total",
+    "Messages retention deleted before a subscription acknowledged them (its ack cursor "
+    "moved past them).", ["topic", "subscription"])
 RETENTION_DELETED = Counter(
     "txmsg_retention_deleted_total",
     "Rows deleted by retention, by kind (committed log messages, transactions, their half "
@@ -78,14 +89,17 @@ __all__ = [
     "CHECK_DURATION",
     "COMMITTED",
     "CONTENT_TYPE_LATEST",
+    "DEAD_LETTERS",
     "DISCARDED",
     "FINISH_LATENCY",
     "HTTP_DURATION",
     "QUEUE_DEPTH",
+    "REDELIVERIES",
     "RETENTION_DELETED",
     "RETENTION_KINDS",
     "ROLLED_BACK",
     "SENT",
+    "SUBSCRIPTION_EXPIRED",
     "WRITERS",
     "render",
 ]
@@ -124,11 +138,35 @@ class _OldestRetained:
         yield family
 
 
+class _SubscriptionBacklog:
+    """Per subscription, its backlog, at scrape time."""
+
+    def __init__(self, backlogs: Iterable[tuple[str, str, int]]) -> None:
+        self._backlogs = backlogs
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = GaugeMetricFamily(
+            "txmsg_subscription_backlog",
+            "Committed messages a subscription has not acknowledged (leased and delayed "
+            "ones included), from the database.", labels=["topic", "subscription"])
+        for topic, name, backlog in self._backlogs:
+            family.add_metric([topic, name], backlog)
+        yield family
+
+
 def render(prepared_backlog: Callable[[], tuple[int, float]],
-           oldest_retained: Callable[[], Iterable[tuple[str, float]]] = lambda: ()) -> bytes:
+           oldest_retained: Callable[[], Iterable[tuple[str, float]]] = lambda: (),
+           subscription_backlogs: Callable[[], Iterable[tuple[str, str, int]]] = lambda: (),
+           ) -> bytes:
     """The exposition text: process metrics (all processes under serve) plus DB gauges;
     ``prepared_backlog`` gives (half messages, oldest PREPARED transaction's age),
-    ``oldest_retained`` (topic, age of its oldest retained message)."""
+    ``oldest_retained`` (topic, age of its oldest retained message),
+    ``subscription_backlogs`` (topic, subscription, backlog). Each subscription's
+    counters show from the first scrape that knows it, at 0 until they count."""
+    backlogs = list(subscription_backlogs())
+    for topic, name, _ in backlogs:
+        for counter in (REDELIVERIES, DEAD_LETTERS, SUBSCRIPTION_EXPIRED):
+            counter.labels(topic, name)
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         from prometheus_client import multiprocess
 
@@ -139,4 +177,5 @@ def render(prepared_backlog: Callable[[], tuple[int, float]],
     db_registry = CollectorRegistry()
     db_registry.register(_Backlog(prepared_backlog))
     db_registry.register(_OldestRetained(oldest_retained))
+    db_registry.register(_SubscriptionBacklog(backlogs))
     return generate_latest(registry) + generate_latest(db_registry)

@@ -14,7 +14,9 @@ from app.api.http import register_error_handlers
 from app.api.routes import BLUEPRINTS
 from app.config import Settings
 from app.domain.lifecycle import Lifecycle
+from app.domain.subscriptions import Subscriptions
 from app.domain.tokens import TokenGuard
+from app.domain.wakeups import TopicSignal
 from app.lifetime import die_with_parent
 from app.storage.db import make_engine
 
@@ -25,6 +27,11 @@ class AppState:
     engine: Engine
     lifecycle: Lifecycle
     guard: TokenGuard
+    subscriptions: Subscriptions
+
+    @property
+    def signal(self) -> TopicSignal:
+        return self.lifecycle.signal
 
     def close(self) -> None:
         self.lifecycle.close()
@@ -39,7 +46,10 @@ def create_app(settings: Settings | None = None, *, engine: Engine | None = None
     app = Flask(__name__)
     app.config["MAX_CONTENT_LENGTH"] = max(64 * 1024 * 1024, 2 * settings.max_body_bytes)
     guard = TokenGuard(engine, settings.admin_token)
-    app.extensions["txmsg"] = AppState(settings, engine, Lifecycle(engine, settings), guard)
+    lifecycle = Lifecycle(engine, settings)
+    app.extensions["txmsg"] = AppState(
+        settings, engine, lifecycle, guard,
+        Subscriptions(engine, settings.max_read_bytes, lifecycle.signal))
     register_error_handlers(app)
     access.install(app)
     telemetry.install(app)

@@ -7,6 +7,14 @@ threads and the writers as they took turns on the one interpreter lock. Here a w
 request is a coroutine: the writer wakes the event loop once per batch, not each
 request's thread (docs/performance.md has the figures).
 
+A long-polling receive (``POST /v1/topics/{topic}/subscriptions/{subscription}/receive``
+with ``wait_ms``) is served here too: each look at the database takes a thread of its
+own small pool for as long as the look lasts, and between looks the request is a
+coroutine waiting on the topic's signal (``app.domain.wakeups``), set by this process's
+commits, or by a probe per subscription (other processes' commits, delayed messages,
+leases that run out; ``app.api.longpoll``). A thousand idle long polls hold no thread and no
+connection.
+
 The three routes are matched here and handled by the same functions the Flask routes
 call (``parse_send``, ``send_answer``, ``check_finish``, the lifecycle), with the same
 error rendering. Everything else, and whatever of those routes is not served exactly
@@ -34,6 +42,7 @@ import asyncio
 import re
 import time
 from collections.abc import Awaitable, Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, NamedTuple, cast
 
 from a2wsgi import WSGIMiddleware
@@ -48,10 +57,13 @@ from werkzeug.exceptions import (
     RequestURITooLarge,
 )
 
-from app.api import telemetry, transactions
+from app.api import subscriptions, telemetry, transactions
 from app.api.access import Access, access_of, authorize, bearer_token, unauthenticated
 from app.api.http import PROBLEM_MEDIA_TYPE, api_problem, dump_json, http_problem
-from app.api.transactions import check_finish, parse_send, send_answer
+from app.api.longpoll import Waits
+from app.api.subscriptions import check_names, parse_receive, receive_once
+from app.api.transactions import check_ack_scopes, check_finish, parse_send, send_answer
+from app.domain.access import UNRESTRICTED, Principal
 from app.errors import ApiError, InvalidRequest
 from app.storage.db import unavailable
 from app.vocabulary import Op
@@ -69,6 +81,10 @@ HOT_ROUTES: dict[str | None, Callable[..., Any]] = {
 _ACCESS: dict[str | None, Access] = {op: access for op, view in HOT_ROUTES.items()
                                      if (access := access_of(view)) is not None}
 assert len(_ACCESS) == len(HOT_ROUTES), "every hot route's view declares its access"
+_RECEIVE = re.compile(r"/v1/topics/([^/]+)/subscriptions/([^/]+)/receive")
+RECEIVE_RULE = "/v1/topics/<topic>/subscriptions/<subscription>/receive"
+_RECEIVE_ACCESS = access_of(subscriptions.receive)
+assert _RECEIVE_ACCESS is not None, "the receive view declares its access"
 _JSON = b"application/json"
 _PROBLEM = PROBLEM_MEDIA_TYPE.encode()
 _HEALTHY = dump_json({"status": "ok"})  # what the Flask view answers
@@ -93,6 +109,10 @@ class Api:
         self._flask = WSGIMiddleware(wsgi, workers=settings.web_threads)
         self._probes = WSGIMiddleware(wsgi, workers=_PROBE_THREADS)
         self._guard = self._state.guard
+        # the looks of long-polling receives at the database (not their waits)
+        self._receivers = ThreadPoolExecutor(max_workers=settings.web_threads,
+                                             thread_name_prefix="txmsg-receive")
+        self.waits = Waits(self._state.engine, self._state.signal, self._receivers)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -122,11 +142,16 @@ class Api:
         if match is not None and match.group(3) is not None:  # commit, rollback: no body
             await self._serve(scope, match, b"", send)
             return
-        raw = await self._read_body(scope, receive, send, head, match)
+        receiving = self._match_receive(scope) if self._hot and match is None else None
+        route = (_RULES[match.group(3)] if match is not None
+                 else RECEIVE_RULE if receiving is not None else telemetry.UNMATCHED)
+        raw = await self._read_body(scope, receive, send, head, route)
         if raw is None:
             return
         if match is not None:
             await self._serve(scope, match, raw, send)
+        elif receiving is not None:
+            await self._serve_receive(scope, receiving, raw, send)
         else:
             pool = self._probes if path == "/readyz" else self._flask
             await pool(scope, _replay(raw), send)
@@ -140,8 +165,17 @@ class Api:
             return None
         return match
 
+    def _match_receive(self, scope: HTTPScope) -> re.Match[str] | None:
+        if scope["method"] != "POST" or scope.get("root_path"):
+            return None
+        path = scope["path"]
+        match = _RECEIVE.fullmatch(path)
+        if match is None or not path.isascii():
+            return None
+        return match
+
     async def _read_body(self, scope: HTTPScope, receive: Receive, send: Send, head: _Head,
-                         match: re.Match[str] | None) -> bytes | None:
+                         route: str) -> bytes | None:
         """The whole body, or None once refused (408, 413, or 400 for a body cut short:
         a client gone, or chunked framing the server could not decode)."""
         if not head.streamed and (head.length == 0 or (
@@ -162,8 +196,7 @@ class Api:
                 if isinstance(raw, bytes):
                     return raw
                 refusal = raw
-        await self._refuse(send, scope, refusal,
-                           _RULES[match.group(3)] if match is not None else telemetry.UNMATCHED)
+        await self._refuse(send, scope, refusal, route)
         return None
 
     async def _refuse(self, send: Send, scope: HTTPScope, exc: HTTPException | ApiError,
@@ -178,15 +211,17 @@ class Api:
     async def _serve(self, scope: HTTPScope, match: re.Match[str], raw: bytes,
                      send: Send) -> None:
         group, transaction_id, op = match.groups()
-        path = scope["path"]
         content_type = _JSON
         headers: tuple[tuple[str, str], ...] = ()
         try:
+            principal = UNRESTRICTED
             if self._guard.enabled:
-                await self._authorize(scope, _ACCESS[op], group)
+                principal = await self._authorize(scope, _ACCESS[op], group)
             lifecycle = self._state.lifecycle
             if op is None:
                 txn = parse_send(lifecycle, group, raw)
+                if txn.acks:
+                    check_ack_scopes(principal, txn)
                 body, status = send_answer(await lifecycle.send_async(group, txn))
             else:
                 check_finish(group, transaction_id)
@@ -194,32 +229,83 @@ class Api:
                                                               _OPS[op])).body, 200
             data = dump_json(body)
         except ApiError as exc:
-            status, data, content_type = exc.status, api_problem(exc, path), _PROBLEM
-            headers = exc.headers
+            status, data, content_type, headers = exc.status, api_problem(
+                exc, scope["path"]), _PROBLEM, exc.headers
         except Exception as exc:
-            error = unavailable(exc)
-            if error is not None:
-                status, data, content_type = error.status, api_problem(error, path), _PROBLEM
-            elif self._propagates():
+            failure = self._failure(scope, exc)
+            if failure is None:
                 raise
-            else:  # as Flask does with an unhandled error: log it, answer 500
-                self._app.logger.exception("Exception on %s [POST]", path, extra={
-                    "request_id": _identity(scope)[0]})
-                (status, data), content_type = http_problem(InternalServerError(), path), _PROBLEM
+            status, data, content_type, headers = failure
         await _answer(send, scope, status, data, content_type, _RULES[op], hot=True,
                       headers=headers)
 
-    async def _authorize(self, scope: HTTPScope, access: Access, group: str) -> None:
+    def _failure(self, scope: HTTPScope, exc: Exception
+                 ) -> tuple[int, bytes, bytes, tuple[tuple[str, str], ...]] | None:
+        """The answer to a request that failed other than with an ApiError, as Flask
+        would give it; None: let ``exc`` propagate."""
+        path = scope["path"]
+        error = unavailable(exc)
+        if error is not None:
+            return error.status, api_problem(error, path), _PROBLEM, ()
+        if self._propagates():
+            return None
+        # as Flask does with an unhandled error: log it, answer 500
+        self._app.logger.exception("Exception on %s [POST]", path, exc_info=exc, extra={
+            "request_id": _identity(scope)[0]})
+        status, data = http_problem(InternalServerError(), path)
+        return status, data, _PROBLEM, ()
+
+    async def _serve_receive(self, scope: HTTPScope, match: re.Match[str], raw: bytes,
+                             send: Send) -> None:
+        topic, name = match.groups()
+        content_type = _JSON
+        headers: tuple[tuple[str, str], ...] = ()
+        try:
+            if self._guard.enabled:
+                assert _RECEIVE_ACCESS is not None
+                await self._authorize(scope, _RECEIVE_ACCESS, {"topic": topic})
+            check_names(topic, name)
+            request = parse_receive(raw)
+            status, data = 200, dump_json(await self._long_poll(topic, name, request))
+        except ApiError as exc:
+            status, data, content_type, headers = exc.status, api_problem(
+                exc, scope["path"]), _PROBLEM, exc.headers
+        except Exception as exc:
+            failure = self._failure(scope, exc)
+            if failure is None:
+                raise
+            status, data, content_type, headers = failure
+        await _answer(send, scope, status, data, content_type, RECEIVE_RULE, hot=True,
+                      headers=headers)
+
+    async def _long_poll(self, topic: str, name: str, request: Any) -> dict[str, Any]:
+        """Look; while nothing is deliverable and time is left, wait for the topic's
+        signal (``app.api.longpoll``) and look again."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + request.wait_ms / 1000
+        signal = self._state.signal
+        while True:
+            seen = signal.version(topic)
+            received = await loop.run_in_executor(self._receivers, receive_once, self._state,
+                                                  topic, name, request)
+            left = deadline - loop.time()
+            if received.messages or left <= 0:
+                return {"messages": received.messages}
+            await self.waits.wait(topic, name, seen, left)
+
+    async def _authorize(self, scope: HTTPScope, access: Access, group: str | dict[str, str]
+                         ) -> Principal:
         """As ``app.api.access.install`` checks a Flask route; the database is read (off the
         event loop) only for a token not verified in the last few seconds."""
         token = bearer_token(_header(scope["headers"], b"authorization"))
-        principal = self._guard.cached(token) if token is not None else None
+        principal: Principal | None = self._guard.cached(token) if token is not None else None
         if principal is None and token is not None:
             principal = await asyncio.get_running_loop().run_in_executor(
                 None, self._guard.verify, token)
         if principal is None:
             raise unauthenticated(token)
-        authorize(access, principal, {"group": group})
+        authorize(access, principal, group if isinstance(group, dict) else {"group": group})
+        return principal
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         while True:
@@ -228,6 +314,7 @@ class Api:
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
                 self._state.close()  # the writers finish what they hold, then stop
+                self._receivers.shutdown(wait=False, cancel_futures=True)
                 await send({"type": "lifespan.shutdown.complete"})
                 return
 

@@ -9,7 +9,7 @@ from app import metrics
 from app.api.access import public
 from app.api.http import json_response, problem, state
 from app.api.openapi import openapi_document
-from app.domain import reads, retention
+from app.domain import reads, retention, subscriptions
 from app.storage.db import current_revision, head_revision, refuses_writes
 
 bp = Blueprint("health", __name__)
@@ -50,7 +50,8 @@ def metrics_view() -> Response:
     """Prometheus text exposition."""
     engine = state().engine
     return Response(metrics.render(lambda: reads.prepared_backlog(engine),
-                                   lambda: retention.oldest_ages(engine)),
+                                   lambda: retention.oldest_ages(engine),
+                                   lambda: subscriptions.backlogs(engine)),
                     mimetype=metrics.CONTENT_TYPE_LATEST)
 
 

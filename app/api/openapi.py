@@ -28,18 +28,24 @@ from pydantic.json_schema import GenerateJsonSchema, JsonSchemaMode
 from app.api.access import ADMIN_ONLY, BEARER
 from app.api.http import MAX_INT64, PROBLEM_MEDIA_TYPE
 from app.api.schemas import (
+    Acked,
     CheckRequest,
     CheckResponse,
     CommittedTransaction,
     Health,
     Message,
+    Nacked,
     NewToken,
     Problem,
     ProducerGroup,
     Ready,
+    Received,
+    Renewed,
     ResumedTransaction,
     RolledBackTransaction,
     SentTransaction,
+    Subscription,
+    SubscriptionList,
     TokenList,
     Topic,
     TopicList,
@@ -54,6 +60,7 @@ from app.domain.messages import (
     TransactionIn,
 )
 from app.domain.names import DISCARD_TOPIC, GroupName, Name, TransactionId
+from app.domain.subscriptions import NackIn, OffsetsIn, ReceiveIn, SeekIn, SubscriptionIn
 from app.domain.tokens import TokenId, TokenIn
 from app.vocabulary import State
 
@@ -136,7 +143,8 @@ class _Builder:
     def operation(self, op_id: str, tag: str, summary: str,
                   ok: dict[str, Any], errors: dict[str, str], *,
                   parameters: tuple[str, ...] = (), body: Any = None,
-                  examples: dict[str, Any] | None = None) -> dict[str, Any]:
+                  examples: dict[str, Any] | None = None,
+                  body_required: bool = True) -> dict[str, Any]:
         """``ok`` maps a status to its answer's type (or a response object), ``errors`` a
         status to the problem codes this operation may answer with it; ``body`` is the
         request body's type (or a schema)."""
@@ -154,7 +162,7 @@ class _Builder:
                                      else self.components.request(body)}
             if examples:
                 media["examples"] = {name: {"value": value} for name, value in examples.items()}
-            op["requestBody"] = {"required": True, "content": {JSON: media}}
+            op["requestBody"] = {"required": body_required, "content": {JSON: media}}
         return op
 
     def paths(self) -> dict[str, Any]:
@@ -209,8 +217,10 @@ class _Builder:
                     {"400": f"{_GROUP_CODES}, {_BODY_CODES}, invalid_topic, reserved_topic, "
                             "invalid_body, invalid_base64, too_many_properties, "
                             "properties_too_large, invalid_tag, invalid_transaction_id, "
-                            f"{_CALLBACK_URL_CODES}",
-                     "409": "transaction_id_conflict",
+                            f"{_CALLBACK_URL_CODES}, invalid_deliver_at, invalid_subscription, "
+                            "invalid_offset, too_many_acks",
+                     "404": "subscription_not_found (an ack's subscription)",
+                     "409": "transaction_id_conflict, ack_not_pending, ack_conflict",
                      "413": "body_too_large, payload_too_large",
                      "422": "unregistered_producer_group", **_DB},
                     body={"oneOf": [self.components.request(TransactionIn),
@@ -293,6 +303,7 @@ class _Builder:
                     {"400": "invalid_topic, reserved_topic, invalid_query_parameter", **_DB},
                     parameters=("from_offset", "limit")),
             },
+            **self.subscription_paths(),
             "/v1/messages/{message_id}": {
                 "parameters": _parameter_refs("message_id"),
                 "get": op(
@@ -340,6 +351,72 @@ class _Builder:
                          "content": {JSON: {"schema": {"type": "object"}}}}}, {})},
         }
 
+    def subscription_paths(self) -> dict[str, Any]:
+        op = self.operation
+        base = "/v1/topics/{topic}/subscriptions"
+        one = f"{base}/{{subscription}}"
+        names = "invalid_topic, reserved_topic, invalid_subscription"
+        unknown = {"404": "subscription_not_found", **_DB}
+
+        def action(op_id: str, summary: str, ok: Any, body: Any, codes: str = "",
+                   examples: dict[str, Any] | None = None,
+                   body_required: bool = True) -> dict[str, Any]:
+            return {"parameters": _parameter_refs("topic", "subscription"),
+                    "post": op(op_id, "subscriptions", summary, {"200": ok},
+                               {"400": f"{names}, {_BODY_CODES}{codes}",
+                                "413": "payload_too_large", **unknown},
+                               body=body, examples=examples, body_required=body_required)}
+
+        return {
+            base: {
+                "parameters": _parameter_refs("topic"),
+                "get": op("listSubscriptions", "subscriptions",
+                          "The topic's subscriptions by name",
+                          {"200": SubscriptionList},
+                          {"400": "invalid_topic, reserved_topic, invalid_query_parameter",
+                           **_DB},
+                          parameters=("after_subscription", "limit")),
+            },
+            one: {
+                "parameters": _parameter_refs("topic", "subscription"),
+                "put": op(
+                    "putSubscription", "subscriptions",
+                    "Create a subscription (201) or change its settings (200)",
+                    {"201": self.answer(Subscription, "Created."),
+                     "200": self.answer(Subscription, "Updated (initial_position ignored).")},
+                    {"400": f"{names}, {_BODY_CODES}, invalid_dead_letter_topic",
+                     "413": "payload_too_large", **_DB},
+                    body=SubscriptionIn, body_required=False,
+                    examples={"defaults": {}, "from_the_start": {
+                        "initial_position": "earliest", "ack_timeout_ms": 60000,
+                        "max_redeliveries": 5,
+                        "redelivery_backoff": {"min_ms": 500, "max_ms": 30000},
+                        "dead_letter_topic": "orders-billing-DLQ"}}),
+                "get": op("getSubscription", "subscriptions",
+                          "Settings, backlog, leases in flight and ack cursor",
+                          {"200": Subscription}, {"400": names, **unknown}),
+                "delete": op("deleteSubscription", "subscriptions",
+                             "Remove a subscription and its state",
+                             {"204": {"description": "Removed."}}, {"400": names, **unknown}),
+            },
+            f"{one}/receive": action(
+                "receive", "Lease deliverable messages, lowest offsets first (long polling "
+                "with wait_ms)", Received, ReceiveIn, body_required=False,
+                examples={"long_poll": {"max_messages": 100, "wait_ms": 20000}}),
+            f"{one}/ack": action("ack", "Acknowledge offsets (repeating is harmless)", Acked,
+                                 OffsetsIn, ", invalid_offset",
+                                 examples={"two": {"offsets": [17, 18]}}),
+            f"{one}/nack": action(
+                "nack", "Give leased messages back: redelivered after delay_ms or the "
+                "backoff", Nacked, NackIn, ", invalid_offset",
+                examples={"retry_in_5s": {"offsets": [17], "delay_ms": 5000}}),
+            f"{one}/renew": action("renew", "Extend the leases still held on these offsets",
+                                   Renewed, OffsetsIn, ", invalid_offset"),
+            f"{one}/seek": action(
+                "seek", "Acknowledge every offset below `offset`, none from it on; leases "
+                "dropped", Subscription, SeekIn, examples={"replay": {"offset": 0}}),
+        }
+
     def secured(self, paths: dict[str, Any]) -> dict[str, Any]:
         """Each operation with the access its route declares (``app.api.access``): open
         ones need no token; the others a bearer token with ``x-required-scope``, and may
@@ -381,6 +458,7 @@ class _Builder:
             # server ids have the shape of client ones
             "token_id": path("token_id", TokenId, "3f2a9c0d1e4b5a6f"),
             "message_id": path("message_id", TransactionId, "0F8E3B0C9D2A4C6E8F1A2B3C4D5E6F70"),
+            "subscription": path("subscription", Name, "billing"),
             "limit": query("limit", "Page size; out of range → 400.",
                            {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100}),
             "from_offset": query("from_offset", "First offset of the page.",
@@ -388,6 +466,9 @@ class _Builder:
                                   "default": 0}),
             "after": query("after", "Cursor: the previous page's `next_after`.",
                            {"type": "integer", "minimum": 0, "maximum": MAX_INT64}),
+            "after_subscription": query(
+                "after", "Cursor: the previous page's `next_after` (a subscription name).",
+                self.components.request(Name)),
             "after_topic": query("after",
                                  "Cursor: the previous page's `next_after` (a topic name).",
                                  self.components.request(Name)),
@@ -404,6 +485,9 @@ class _Builder:
                 {"name": "producer-groups", "description": "Check callback registration."},
                 {"name": "transactions", "description": "Half messages and their resolution."},
                 {"name": "topics", "description": "Reading committed messages."},
+                {"name": "subscriptions", "description": (
+                    "Shared subscriptions: leased delivery, acknowledgement, redelivery, "
+                    "dead letters.")},
                 {"name": "tokens", "description": "Scoped bearer tokens (admin)."},
                 {"name": "health", "description": "Liveness, readiness, metrics, this document."},
             ],

@@ -7,10 +7,10 @@ import re
 
 from flask import Flask
 
-from app.api import groups, health, tokens, topics, transactions
+from app.api import groups, health, subscriptions, tokens, topics, transactions
 from app.api.access import Access, access_of
 
-BLUEPRINTS = (groups.bp, transactions.bp, topics.bp, tokens.bp, health.bp)
+BLUEPRINTS = (groups.bp, transactions.bp, topics.bp, subscriptions.bp, tokens.bp, health.bp)
 
 
 def openapi_path(rule: str) -> str:

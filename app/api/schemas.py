@@ -17,7 +17,7 @@ from typing_extensions import TypedDict  # pydantic needs this one before Python
 
 from app.api.http import MAX_INT64
 from app.domain.messages import MAX_CHECK_URLS, Body, BodyBase64, CallbackUrl, Keys, Properties, Tag
-from app.domain.names import DISCARD_TOPIC, GroupName, TopicName, TransactionId
+from app.domain.names import DISCARD_TOPIC, NAME_PATTERN, GroupName, TopicName, TransactionId
 from app.domain.tokens import Scope, TokenId
 from app.vocabulary import Resolution, State
 
@@ -279,3 +279,72 @@ class Problem(TypedDict):
     head: NotRequired[str | None]
     required_scope: NotRequired[Annotated[str, Field(
         description="The scope the token lacks (on 403).")]]
+
+
+@with_config(_CLOSED)
+class Backoff(TypedDict):
+    min_ms: Annotated[int, Field(ge=0, le=3_600_000)]
+    max_ms: Annotated[int, Field(ge=0, le=3_600_000)]
+
+
+@with_config(_CLOSED)
+class Subscription(TypedDict):
+    topic: TopicName
+    subscription: Annotated[str, Field(json_schema_extra={"pattern": NAME_PATTERN})]
+    ack_timeout_ms: Annotated[int, Field(ge=1000, le=43_200_000)]
+    max_redeliveries: Annotated[int, Field(ge=0, le=1000)]
+    redelivery_backoff: Backoff
+    dead_letter_topic: TopicName
+    backlog: Annotated[int, Field(ge=0, description=(
+        "Committed messages not yet acknowledged (leased and delayed ones included)."))]
+    in_flight: Annotated[int, Field(ge=0, description="Messages leased now.")]
+    ack_cursor: Annotated[Offset, Field(description=(
+        "The lowest unacknowledged offset: every offset below it is acknowledged."))]
+    created_at: Timestamp
+
+
+@with_config(_CLOSED)
+class SubscriptionList(TypedDict):
+    topic: TopicName
+    subscriptions: list[Subscription]
+    next_after: Annotated[str | None, Field(
+        description="Cursor for the next page (`after`), null at the end.")]
+
+
+@with_config(_ONE_BODY)
+class ReceivedMessage(TypedDict):
+    """A committed message as a read shows it, leased to this receive."""
+
+    offset: Offset
+    message_id: MessageId
+    transaction_id: TransactionId
+    producer_group: GroupName
+    keys: Keys
+    tag: Tag
+    properties: Properties
+    body: NotRequired[Body]
+    body_base64: NotRequired[BodyBase64]
+    created_at: Timestamp
+    committed_at: Timestamp
+    redelivery_count: Annotated[int, Field(ge=0, description=(
+        "Deliveries of this message to the subscription before this one."))]
+
+
+@with_config(_CLOSED)
+class Received(TypedDict):
+    messages: Annotated[list[ReceivedMessage], Field(description="Lowest offsets first.")]
+
+
+@with_config(_CLOSED)
+class Acked(TypedDict):
+    acked: Annotated[int, Field(ge=0, description="Offsets newly acknowledged.")]
+
+
+@with_config(_CLOSED)
+class Nacked(TypedDict):
+    nacked: Annotated[int, Field(ge=0, description="Leased offsets given back.")]
+
+
+@with_config(_CLOSED)
+class Renewed(TypedDict):
+    renewed: Annotated[int, Field(ge=0, description="Leases extended.")]

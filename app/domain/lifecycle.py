@@ -7,6 +7,7 @@ and ``apply_finishes`` each handle a whole batch of requests inside one transact
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections import Counter as Tally
 from collections.abc import Sequence
@@ -19,13 +20,15 @@ from sqlalchemy import Connection, Engine
 
 from app import metrics
 from app.config import Settings
-from app.domain import states
+from app.domain import states, subscriptions
 from app.domain.callback_policy import CallbackPolicy
 from app.domain.messages import TransactionIn
 from app.domain.names import DISCARD_TOPIC
 from app.domain.states import Outcome
+from app.domain.wakeups import TopicSignal
 from app.errors import ApiError, Conflict, NotFound, UnregisteredProducerGroup
 from app.storage import finishes, groups, reads, sends
+from app.storage.db import wraps_db_errors, write_transaction
 from app.storage.sends import NewTransaction
 from app.storage.writer import GroupCommitWriter
 from app.vocabulary import RESOLVED, Op, State
@@ -168,6 +171,9 @@ def apply_finishes(conn: Connection, cmds: Sequence[FinishCmd]) -> list[FinishRe
         decided.append((cmd, row, verdict, state))
 
     applied = [(c, r) for c, r, o, _ in decided if o is Outcome.APPLY]
+    releasing = [r.id for c, r in applied if r.held_acks and c.op in (Op.ROLLBACK, Op.DISCARD)]
+    released = subscriptions.settle_acks(
+        conn, [r.id for c, r in applied if r.held_acks and c.op is Op.COMMIT], releasing)
     to_publish = [(c, r) for c, r in applied if c.op in (Op.COMMIT, Op.DISCARD)]
     counts, log_rows, placed = _publish(to_publish, messages, now)
     changes: dict[int, dict[str, Any]] = {}
@@ -202,8 +208,11 @@ def apply_finishes(conn: Connection, cmds: Sequence[FinishCmd]) -> list[FinishRe
                     {"message_id": m.message_id, "topic": m.topic, "offset": m.queue_offset}
                     for m in repeats[row.id]]
                 body["messages"] = offsets
-            out.append(FinishResult(body, applied=outcome is Outcome.APPLY,
-                                    message_count=row.message_count, created_at=row.created_at))
+            result = FinishResult(body, applied=outcome is Outcome.APPLY,
+                                  message_count=row.message_count, created_at=row.created_at)
+            if released and row.id in releasing:
+                result.extra["released_topics"] = released  # of the whole batch: a hint
+            out.append(result)
     return out
 
 
@@ -234,10 +243,23 @@ def _publish(to_publish: list[tuple[FinishCmd, Any]], messages: dict[int, list[A
                              PRODUCER_GROUP=row.producer_group,
                              CHECK_TIMES=str(cmd.check_times or row.check_times))
                 properties = orjson.dumps(props).decode()
-            log_rows.append({"topic": topic, "rel": rel, "half_message_id": m.id,
-                             "properties": properties, "committed_at": now})
+            log_row = {"topic": topic, "rel": rel, "half_message_id": m.id,
+                       "properties": properties, "committed_at": now}
+            if cmd.op is Op.COMMIT and (m.deliver_at is not None
+                                        or m.deliver_after_ms is not None):
+                log_row["deliver_at"] = deliver_at(m.deliver_after_ms, m.deliver_at, now)
+            log_rows.append(log_row)
             entries.append((m.message_id, topic, rel))
     return dict(counts), log_rows, placed
+
+
+def deliver_at(after_ms: int | None, at: datetime | None, committed_at: datetime
+               ) -> datetime | None:
+    """When subscriptions may deliver a message committed at ``committed_at``: a
+    ``deliver_after_ms`` counts from the commit."""
+    if at is not None:
+        return at
+    return None if after_ms is None else committed_at + timedelta(milliseconds=after_ms)
 
 
 def _state_change(cmd: FinishCmd, row: Any, now: datetime,
@@ -265,6 +287,8 @@ class Lifecycle:
     def __init__(self, engine: Engine, settings: Settings) -> None:
         self.engine = engine
         self.settings = settings
+        # this process's commits wake the receives waiting on their topics
+        self.signal = TopicSignal()
         # what a send's check_url is judged by (built once: sends are the hot path)
         self.callback_policy = CallbackPolicy.from_settings(settings)
         self.send_writer: GroupCommitWriter[SendCmd] = GroupCommitWriter(
@@ -280,12 +304,34 @@ class Lifecycle:
             timeout=settings.db_write_timeout_seconds)
 
     def send(self, group: str, request: TransactionIn) -> SendResult:
-        return self._sent(request, self.send_writer.submit(self._send_cmd(group, request)))
+        cmd = self._send_cmd(group, request)
+        if request.acks:
+            return self._sent(request, self._send_holding(cmd))
+        return self._sent(request, self.send_writer.submit(cmd))
 
     async def send_async(self, group: str, request: TransactionIn) -> SendResult:
         """``send`` for a coroutine (the ASGI front): same batches, no thread held."""
         cmd = self._send_cmd(group, request)
+        if request.acks:
+            return self._sent(request, await asyncio.get_running_loop().run_in_executor(
+                None, self._send_holding, cmd))
         return self._sent(request, await self.send_writer.submit_async(cmd))
+
+    @wraps_db_errors
+    def _send_holding(self, cmd: SendCmd) -> SendResult:
+        """A send that carries acks: stored with its holds in one database transaction of
+        its own (a send without acks, the hot path, stays in the group-commit batches).
+        A refused ack refuses the send: nothing is written."""
+        with write_transaction(self.engine) as conn:
+            out = apply_sends(conn, [cmd])[0]
+            if isinstance(out, ApiError):
+                raise out
+            if out.created:
+                row = reads.get_txn(conn, cmd.group, cmd.transaction_id)
+                assert row is not None  # inserted just now, in this transaction
+                held = subscriptions.hold_acks(conn, row.id, cmd.request.ack_set())
+                sends.mark_held(conn, row.id, held)
+            return out
 
     def _send_cmd(self, group: str, request: TransactionIn) -> SendCmd:
         delay = max(self.settings.transaction_timeout_seconds, request.check_immunity_seconds)
@@ -301,23 +347,28 @@ class Lifecycle:
     def finish(self, group: str, transaction_id: str, op: Op, *, source: str = "api",
                check_times: int | None = None) -> FinishResult:
         """Commit, roll back, discard or resume one transaction (API and checker alike)."""
-        return _finished(op, self.finish_writer.submit(
+        return self._finished(op, self.finish_writer.submit(
             FinishCmd(group, transaction_id, op, source, check_times)))
 
     async def finish_async(self, group: str, transaction_id: str, op: Op) -> FinishResult:
         """``finish`` of an API request, for a coroutine (the ASGI front)."""
-        return _finished(op, await self.finish_writer.submit_async(
+        return self._finished(op, await self.finish_writer.submit_async(
             FinishCmd(group, transaction_id, op)))
+
+    def _finished(self, op: Op, result: FinishResult) -> FinishResult:
+        if result.applied:
+            _count(op, result)
+            if op is Op.COMMIT:
+                self.signal.notify({m["topic"] for m in result.body["messages"]})
+            elif op is Op.DISCARD:
+                self.signal.notify((DISCARD_TOPIC,))
+            if result.extra.get("released_topics"):  # acks given back: deliverable now
+                self.signal.notify(result.extra["released_topics"])
+        return result
 
     def close(self) -> None:
         self.send_writer.close()
         self.finish_writer.close()
-
-
-def _finished(op: Op, result: FinishResult) -> FinishResult:
-    if result.applied:
-        _count(op, result)
-    return result
 
 
 def _count(op: Op, result: FinishResult) -> None:

@@ -35,6 +35,7 @@ from app.domain.lifecycle import utcnow
 from app.domain.messages import TopicRetentionIn
 from app.errors import NotFound
 from app.storage import retention as store
+from app.storage import subscriptions
 from app.storage.db import wraps_db_errors, write_transaction
 from app.storage.schema import AnyRow
 
@@ -106,7 +107,10 @@ class Retention:
             if head.end <= row.first_offset:
                 return 0, False
             n = store.expire_head(conn, topic, row.first_offset, head.end)
+            skipped = subscriptions.expire_below(conn, topic, head.end)
         metrics.RETENTION_DELETED.labels("messages").inc(n)
+        for name, count in skipped:
+            metrics.SUBSCRIPTION_EXPIRED.labels(topic, name).inc(max(0, count))
         if n:
             log.info("retention: %d messages of %s expired (offsets %d..%d)", n, topic,
                      row.first_offset, head.end - 1)

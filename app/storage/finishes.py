@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
 from typing import Any, NamedTuple
 
 from sqlalchemy import (
@@ -42,11 +43,15 @@ class Published(NamedTuple):
     message_id: str
     topic: str
     properties: str
+    deliver_after_ms: int | None
+    deliver_at: datetime | None
 
 
 _PUBLISHED = (half_message.c.id.label("m_id"), half_message.c.message_id.label("m_message_id"),
               half_message.c.topic.label("m_topic"),
-              half_message.c.properties.label("m_properties"))
+              half_message.c.properties.label("m_properties"),
+              half_message.c.deliver_after_ms.label("m_deliver_after_ms"),
+              half_message.c.deliver_at.label("m_deliver_at"))
 
 
 @functools.cache
@@ -82,7 +87,8 @@ def lock_txns(conn: Connection, keys: Iterable[Key]
             messages[r.id] = []
         if r.m_id is not None:
             messages[r.id].append(Published(r.id, r.m_id, r.m_message_id, r.m_topic,
-                                            r.m_properties))
+                                            r.m_properties, r.m_deliver_after_ms,
+                                            r.m_deliver_at))
     return rows, messages
 
 
@@ -102,8 +108,8 @@ def record_finishes(conn: Connection, counts: Mapping[str, int],
     offset of each topic's range.
 
     ``counts[topic]`` consecutive offsets are taken from each topic's counter, and each
-    committed log row (topic, rel, half_message_id, properties, committed_at) is stored at
-    offset first + rel. Then the op log rows, and each transaction's new state (rows of
+    committed log row (topic, rel, half_message_id, properties, committed_at, and
+    deliver_at if delayed) is stored at offset first + rel. Then the op log rows, and each transaction's new state (rows of
     id, state, resolved_at, check_times, next_check_at; the lease is cleared). On
     PostgreSQL all of it is one statement.
 
@@ -128,7 +134,8 @@ def record_finishes(conn: Connection, counts: Mapping[str, int],
     insert_rows(conn, message_log, [
         {"topic": r["topic"], "queue_offset": first[r["topic"]] + r["rel"],
          "half_message_id": r["half_message_id"], "properties": r["properties"],
-         "committed_at": r["committed_at"]} for r in log_rows])
+         "committed_at": r["committed_at"], "deliver_at": r.get("deliver_at")}
+        for r in log_rows])
     insert_rows(conn, op_log, op_rows)
     conn.execute(_UPDATE_STATE, [{f"b_{k}": v for k, v in r.items()} for r in state_rows])
     return first
@@ -148,7 +155,8 @@ _OP_COLUMNS = ("txn_id", "op", "source", "check_times", "created_at")
 _FINISH_RANGES = JsonRows("r", [topic_offset.c.topic, Column("n", BigInteger)])
 _FINISH_LOG = JsonRows("l", [message_log.c.topic, Column("n", BigInteger),
                               Column("rel", BigInteger), message_log.c.half_message_id,
-                              message_log.c.properties, message_log.c.committed_at])
+                              message_log.c.properties, message_log.c.committed_at,
+                              message_log.c.deliver_at])
 _FINISH_OPS = JsonRows("o", [op_log.c[n] for n in _OP_COLUMNS])
 _FINISH_STATES = JsonRows("u", [txn.c[n] for n in _STATE_COLUMNS])
 
@@ -163,9 +171,11 @@ def _record_finishes_stmt() -> Any:
         set_={"next_offset": topic_offset.c.next_offset + ranges.excluded.next_offset},
     ).returning(topic_offset.c.topic, topic_offset.c.next_offset).cte("reserved")
     logged = insert(message_log).from_select(
-        ["topic", "queue_offset", "half_message_id", "properties", "committed_at"],
+        ["topic", "queue_offset", "half_message_id", "properties", "committed_at",
+         "deliver_at"],
         select(lg.col("topic"), reserved.c.next_offset - lg.col("n") + lg.col("rel"),
-               lg.col("half_message_id"), lg.col("properties"), lg.col("committed_at"))
+               lg.col("half_message_id"), lg.col("properties"), lg.col("committed_at"),
+               lg.col("deliver_at"))
         .join_from(lg.table, reserved, reserved.c.topic == lg.col("topic"))).cte("logged")
     opped = insert(op_log).from_select(
         list(_OP_COLUMNS), select(*(_FINISH_OPS.col(n) for n in _OP_COLUMNS))).cte("opped")

@@ -14,6 +14,11 @@ Table groups:
 - ``message_log`` and ``topic_offset``: the committed log, with dense per-topic offsets
   (``queue_offset``) handed out from a per-topic counter row inside the commit.
 - ``api_token``: scoped bearer tokens; the secret itself is never stored, only its hash.
+- ``subscription`` and ``subscription_offset``: shared subscriptions (``app.storage.subscriptions``).
+  A subscription is a cursor (every offset below ``ack_cursor`` is acknowledged) plus one
+  row per offset above it that was looked at (leased, acknowledged out of order, nacked,
+  delayed, held by a transaction): Pulsar's "individually deleted messages". Rows below
+  the cursor are deleted as it moves, so storage follows what is in flight, not history.
 - ``topic_retention``, ``retention_pending`` and ``retention_cursor``: what retention needs
   (``app.storage.retention``): each topic's first retained offset and retention, the
   transactions whose committed log rows were just deleted, and how far the walk over
@@ -127,6 +132,9 @@ txn = Table(
     Column("lease_until", UTCDateTime, nullable=True),
     Column("created_at", UTCDateTime, nullable=False),
     Column("resolved_at", UTCDateTime, nullable=True),
+    # offsets of subscriptions this transaction holds (its acks, applied by its commit);
+    # NULL when none, so that finishing it looks for none
+    Column("held_acks", Integer, nullable=True),
     UniqueConstraint("producer_group", "transaction_id"),
     Index(
         "ix_txn_due",
@@ -155,6 +163,10 @@ half_message = Table(
     Column("body", LargeBinary, nullable=False),
     Column("body_is_text", Boolean, nullable=False),
     Column("created_at", UTCDateTime, nullable=False),
+    # delayed delivery as sent: at most one of the two; the commit turns it into
+    # message_log.deliver_at
+    Column("deliver_after_ms", BigInteger, nullable=True),
+    Column("deliver_at", UTCDateTime, nullable=True),
     Index("ix_half_message_txn_id_seq", "txn_id", "seq"),
 )
 
@@ -195,6 +207,8 @@ message_log = Table(
     Column("half_message_id", BigId, ForeignKey("half_message.id"), nullable=False),
     Column("properties", Text, nullable=True),
     Column("committed_at", UTCDateTime, nullable=False),
+    # subscriptions do not deliver it before then (NULL: at once)
+    Column("deliver_at", UTCDateTime, nullable=True),
     Index("ix_message_log_half_message_id", "half_message_id"),
 )
 
@@ -241,4 +255,46 @@ retention_cursor = Table(
     Column("kind", String(32), primary_key=True),
     Column("resolved_at", UTCDateTime, nullable=True),
     Column("txn_id", BigInteger, nullable=False, server_default=text("0")),
+)
+
+subscription = Table(
+    "subscription",
+    metadata,
+    Column("id", BigId, primary_key=True, autoincrement=True),
+    Column("topic", NAME, nullable=False),
+    Column("name", NAME, nullable=False),
+    Column("ack_timeout_ms", Integer, nullable=False),
+    Column("max_redeliveries", Integer, nullable=False),
+    Column("backoff_min_ms", Integer, nullable=False),
+    Column("backoff_max_ms", Integer, nullable=False),
+    Column("dead_letter_topic", NAME, nullable=False),
+    # the lowest unacknowledged offset: every offset below it is acknowledged
+    Column("ack_cursor", BigInteger, nullable=False),
+    # every offset in [ack_cursor, read_offset) has a subscription_offset row, none above
+    # has one: offsets from read_offset on were never looked at
+    Column("read_offset", BigInteger, nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("updated_at", UTCDateTime, nullable=False),
+    UniqueConstraint("topic", "name"),
+)
+
+subscription_offset = Table(
+    "subscription_offset",
+    metadata,
+    Column("subscription_id", BigId, ForeignKey("subscription.id"), primary_key=True),
+    Column("queue_offset", BigInteger, primary_key=True, autoincrement=False),
+    Column("acked", Boolean, nullable=False),
+    # deliveries so far (a message's redelivery_count is this before its delivery)
+    Column("deliveries", Integer, nullable=False),
+    # leased to a receive until then
+    Column("leased_until", UTCDateTime, nullable=True),
+    # deliverable (again) from then: a lease's end plus the backoff, a nack's delay, a
+    # delayed message's time (NULL: now)
+    Column("next_at", UTCDateTime, nullable=True),
+    # txn.id of the unresolved transaction whose commit acknowledges it (not redelivered
+    # meanwhile)
+    Column("held_by", BigId, nullable=True),
+    Index("ix_subscription_offset_held_by", "held_by",
+          postgresql_where=text("held_by IS NOT NULL"),
+          sqlite_where=text("held_by IS NOT NULL")),
 )

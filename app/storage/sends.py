@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import Any, NamedTuple, Protocol
 
 import orjson
-from sqlalchemy import and_, exists, insert, select
+from sqlalchemy import and_, exists, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 
@@ -37,6 +37,10 @@ class OutgoingMessage(Protocol):
     def raw_body(self) -> bytes: ...
     @property
     def body_is_text(self) -> bool: ...
+    @property
+    def deliver_after_ms(self) -> int | None: ...
+    @property
+    def deliver_at(self) -> datetime | None: ...
 
 
 class NewTransaction(NamedTuple):
@@ -94,17 +98,23 @@ def _txn_row(s: NewTransaction) -> dict[str, Any]:
             "next_check_at": s.next_check_at, "created_at": s.created_at}
 
 
-def _message_rows(s: NewTransaction, owner: dict[str, Any]) -> list[dict[str, Any]]:
+def _message_rows(s: NewTransaction, owner: dict[str, Any],
+                  every_column: bool = True) -> list[dict[str, Any]]:
     """The half_message rows of ``s``; ``owner`` names the transaction (by id, or by key
-    on PostgreSQL, where the same statement inserts it)."""
+    on PostgreSQL, where the same statement inserts it). Without ``every_column`` (a JSON
+    batch, where an absent key reads as NULL) a message without a delay has no delay
+    keys, so that those cost nothing."""
     now, ids = s.created_at, s.message_ids
     rows = [{"message_id": ids[seq], "seq": seq, "topic": m.topic, "tag": m.tag,
              "keys": orjson.dumps(m.keys).decode(),
              "properties": orjson.dumps(m.properties).decode(),
              "body": m.raw_body, "body_is_text": m.body_is_text, "created_at": now}
             for seq, m in enumerate(s.messages)]
-    for row in rows:
+    for row, m in zip(rows, s.messages, strict=True):
         row.update(owner)
+        if every_column or m.deliver_after_ms is not None or m.deliver_at is not None:
+            row["deliver_after_ms"] = m.deliver_after_ms
+            row["deliver_at"] = m.deliver_at
     return rows
 
 
@@ -119,7 +129,7 @@ _SEND_TXN_COLUMNS = ("producer_group", "transaction_id", "state", "fingerprint",
                      "message_count", "check_url", "check_immunity_seconds", "check_times",
                      "next_check_at", "created_at")
 _SEND_MESSAGE_COLUMNS = ("message_id", "seq", "topic", "tag", "keys", "properties", "body",
-                         "body_is_text", "created_at")
+                         "body_is_text", "created_at", "deliver_after_ms", "deliver_at")
 
 _SEND_TXNS = JsonRows("t", [txn.c[n] for n in _SEND_TXN_COLUMNS])
 # each message row names its transaction by key; the INSERT of the transactions gives it
@@ -148,8 +158,13 @@ def _store_sends_stmt() -> AnySelect:
 
 def _store_sends_pg(conn: Connection, sends: Sequence[NewTransaction]) -> dict[Key, int]:
     messages = [row for s in sends for row in _message_rows(
-        s, {"producer_group": s.group, "transaction_id": s.transaction_id})]
+        s, {"producer_group": s.group, "transaction_id": s.transaction_id}, False)]
     params = {**_SEND_TXNS.param([_txn_row(s) for s in sends]),
               **_SEND_MESSAGES.param(messages)}
     return {(r.producer_group, r.transaction_id): r.id
             for r in conn.execute(_store_sends_stmt(), params)}
+
+
+def mark_held(conn: Connection, txn_id: int, count: int) -> None:
+    """Note that the transaction holds ``count`` subscription offsets (its acks)."""
+    conn.execute(update(txn).where(txn.c.id == txn_id).values(held_acks=count))

@@ -12,10 +12,11 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+import orjson
 import pytest
 from sqlalchemy import select
 
-from app.api import asgi
+from app.api import asgi, subscriptions
 from app.api.access import access_of
 from app.api.openapi import openapi_document
 from app.api.routes import openapi_path
@@ -71,7 +72,7 @@ def seeded(client: Any) -> dict[str, str]:
     token = make_token(client, "consume:nothing-here")
     return {"group": GROUP, "topic": TOPIC, "transaction_id": "t-2",
             "message_id": sent.json["messages"][0]["message_id"],
-            "token_id": token["token_id"]}
+            "token_id": token["token_id"], "subscription": "s"}
 
 
 def _routes(app: Any) -> Iterator[tuple[str, str, Any]]:
@@ -184,6 +185,57 @@ def test_the_asgi_front_checks_its_hot_routes_itself(app: Any, client: Any) -> N
         assert http.request("POST", f"{base}/t-1/rollback", headers=ok).status == 409
     finally:
         http.close()
+
+
+def test_the_asgi_front_checks_receive_itself(app: Any, client: Any) -> None:
+    """A long-polling receive is served outside Flask, with the Flask view's declaration."""
+    assert asgi._RECEIVE_ACCESS is access_of(subscriptions.receive)
+    assert client.put(f"/v1/topics/{TOPIC}/subscriptions/s", json={},
+                      headers=AS_ADMIN).status_code == 201
+    consumer = make_token(client, f"consume:{TOPIC}")["token"]
+    outsider = make_token(client, "consume:other-topic")["token"]
+    front = asgi.Api(app)
+
+    async def no_flask(scope: Any, receive: Any, send: Any) -> None:
+        raise AssertionError(f"{scope['path']} went to Flask")
+
+    front._flask = no_flask  # type: ignore[assignment]
+    http = AsgiClient(front)
+    path = f"/v1/topics/{TOPIC}/subscriptions/s/receive"
+    try:
+        r = http.request("POST", path)
+        assert r.status == 401 and r.headers["www-authenticate"] == 'Bearer realm="txmsg"'
+        r = http.request("POST", path, headers=[("authorization", f"Bearer {outsider}")])
+        assert r.status == 403 and b'"forbidden"' in r.body
+        r = http.request("POST", path, headers=[("authorization", f"Bearer {consumer}")])
+        assert r.status == 200 and r.body == b'{"messages":[]}'
+    finally:
+        http.close()
+
+
+def test_acks_in_a_send_need_consume_on_their_topic(app: Any, client: Any) -> None:
+    """Flask and the ASGI front alike: produce:<group> sends, acks need consume:<topic>."""
+    client.put(f"/v1/producer-groups/{GROUP}", json={"check_urls": ["http://127.0.0.1:9/c"]},
+               headers=AS_ADMIN)
+    producer = make_token(client, f"produce:{GROUP}")["token"]
+    body = {"topic": "out", "body": "x",
+            "acks": [{"topic": TOPIC, "subscription": "s", "offsets": [0]}]}
+    engine = app.extensions["txmsg"].engine
+    before = row_counts(engine)
+    path = f"/v1/producer-groups/{GROUP}/transactions"
+    assert_problem(client.post(path, json=body, headers=bearer(producer)), 403, "forbidden")
+    http = AsgiClient(asgi.Api(app))
+    try:
+        raw = orjson.dumps(body)
+        r = http.request("POST", path, body=raw, headers=[
+            ("content-length", str(len(raw))), ("authorization", f"Bearer {producer}")])
+        assert r.status == 403 and b'"forbidden"' in r.body
+    finally:
+        http.close()
+    assert row_counts(engine) == before
+    both = make_token(client, f"produce:{GROUP}", f"consume:{TOPIC}")["token"]
+    r = client.post(path, json=body, headers=bearer(both))
+    assert (r.status_code, r.json["code"]) == (404, "subscription_not_found")
 
 
 def test_the_document_names_each_routes_scope(app: Any) -> None:

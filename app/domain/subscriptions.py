@@ -1,0 +1,538 @@
+"""Shared subscriptions (Pulsar's, over HTTP): leasing, acknowledging, redelivery with
+backoff, dead-lettering, seek.
+
+Every committed message of the topic goes to one receive at a time, lowest offsets first.
+A receive leases what it returns for ``ack_timeout_ms``; a lease that runs out, or a
+nack, makes the message deliverable again after the backoff (``min_ms × 2^r`` for a
+message delivered with ``redelivery_count`` r, at most ``max_ms``) or the nack's delay.
+A message due for its delivery number ``2 + max_redeliveries`` is appended to the
+dead-letter topic instead, and counts as acknowledged, in the same database transaction
+that decided it: with the subscription row locked, two receives can neither deliver one
+offset twice nor dead-letter it twice, in one process or several.
+
+The state kept is Pulsar's "individually deleted messages": a cursor below which all is
+acknowledged, and one row per offset above it that was looked at
+(``app.storage.subscriptions``).
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal
+
+import orjson
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator
+from pydantic_core import PydanticCustomError
+from sqlalchemy import Connection, Engine
+
+from app import metrics
+from app.domain.names import (
+    DISCARD_TOPIC,
+    NAME_PATTERN,
+    SYSTEM_TOPIC_PREFIX,
+    TopicName,
+    is_valid_name,
+)
+from app.domain.wakeups import TopicSignal
+from app.errors import Conflict, InvalidRequest, NotFound
+from app.storage import subscriptions as store
+from app.storage.db import wraps_db_errors, write_transaction
+from app.storage.schema import AnyRow
+
+MAX_INT64 = 2**63 - 1
+MAX_BACKOFF_MS = 3_600_000
+MAX_RECEIVE = 1000
+MAX_WAIT_MS = 30_000
+MAX_OFFSETS = 1000
+MAX_DELAY_MS = 864_000_000
+# rows a receive looks at past the read offset at most (delayed messages it steps over)
+_SCAN_ROWS = 10_000
+_DEAD_LETTERS_PER_RECEIVE = 1000
+
+_STRICT = ConfigDict(strict=True, extra="forbid", frozen=True)
+Offset = StrictInt
+
+
+def _custom(code: str, message: str) -> PydanticCustomError:
+    return PydanticCustomError(code, message)
+
+
+class BackoffIn(BaseModel):
+    """Redelivery after a nack without delay or a lease that ran out: ``min_ms × 2^r`` for
+    a message delivered with ``redelivery_count`` r, at most ``max_ms``."""
+
+    model_config = _STRICT
+
+    min_ms: StrictInt = Field(1000, ge=0, le=MAX_BACKOFF_MS)
+    max_ms: StrictInt = Field(60000, ge=0, le=MAX_BACKOFF_MS)
+
+
+class SubscriptionIn(BaseModel):
+    """``PUT /v1/topics/{topic}/subscriptions/{subscription}``; every field optional."""
+
+    model_config = _STRICT
+
+    initial_position: Literal["latest", "earliest"] = Field("latest", description=(
+        "Where a new subscription starts: at the topic's next offset, or at its first "
+        "retained one. Counts only at creation."))
+    ack_timeout_ms: StrictInt = Field(30000, ge=1000, le=43_200_000, description=(
+        "How long a received message stays leased to its receive."))
+    max_redeliveries: StrictInt = Field(16, ge=0, le=1000, description=(
+        "A message delivered 1 + this many times without an acknowledgement goes to the "
+        "dead-letter topic."))
+    redelivery_backoff: BackoffIn = Field(default_factory=BackoffIn)
+    dead_letter_topic: TopicName | None = Field(None, description=(
+        "Default: `<topic>-<subscription>-DLQ` (when that name is valid)."))
+
+    @field_validator("dead_letter_topic")
+    @classmethod
+    def _dead_letter_topic(cls, topic: str | None) -> str | None:
+        if topic is None:
+            return None
+        if not is_valid_name(topic):
+            raise _custom("invalid_topic", f"dead_letter_topic {topic!r} must match "
+                          f"{NAME_PATTERN}")
+        if topic.startswith(SYSTEM_TOPIC_PREFIX) or topic == DISCARD_TOPIC:
+            raise _custom("reserved_topic", f"topic {topic!r} is reserved and cannot be a "
+                          "dead-letter topic")
+        return topic
+
+
+class ReceiveIn(BaseModel):
+    model_config = _STRICT
+
+    max_messages: StrictInt = Field(10, ge=1, le=MAX_RECEIVE)
+    wait_ms: StrictInt = Field(0, ge=0, le=MAX_WAIT_MS, description=(
+        "Wait up to this long for a deliverable message (then answer an empty list)."))
+
+
+class OffsetsIn(BaseModel):
+    model_config = _STRICT
+
+    offsets: list[Offset] = Field(max_length=MAX_OFFSETS)
+
+    @field_validator("offsets")
+    @classmethod
+    def _offsets(cls, offsets: list[int]) -> list[int]:
+        if any(o < 0 or o > MAX_INT64 for o in offsets):
+            raise _custom("invalid_offset", f"offsets are integers 0..{MAX_INT64}")
+        return offsets
+
+
+class NackIn(OffsetsIn):
+    delay_ms: StrictInt | None = Field(None, ge=0, le=MAX_DELAY_MS, description=(
+        "Redeliver after this long; default: the subscription's backoff."))
+
+
+class SeekIn(BaseModel):
+    model_config = _STRICT
+
+    offset: StrictInt = Field(ge=0, le=MAX_INT64, description=(
+        "Every offset below it is acknowledged, every one from it on is not."))
+
+
+# -- names --------------------------------------------------------------------------------
+
+
+def check_subscription_name(name: str) -> str:
+    if not is_valid_name(name):
+        raise InvalidRequest(f"subscription name {name!r} must match {NAME_PATTERN}",
+                             code="invalid_subscription")
+    return name
+
+
+def default_dead_letter_topic(topic: str, name: str) -> str:
+    return f"{topic}-{name}-DLQ"
+
+
+def backoff_ms(min_ms: int, max_ms: int, redelivery_count: int) -> int:
+    """``min_ms × 2^redelivery_count``, at most ``max_ms``."""
+    if min_ms == 0:
+        return 0
+    if redelivery_count >= 62 or min_ms << redelivery_count > max_ms:
+        return max_ms
+    return min_ms << redelivery_count
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+# -- answers ------------------------------------------------------------------------------
+
+
+def _settings(row: AnyRow) -> dict[str, Any]:
+    return {"topic": row.topic, "subscription": row.name,
+            "ack_timeout_ms": row.ack_timeout_ms, "max_redeliveries": row.max_redeliveries,
+            "redelivery_backoff": {"min_ms": row.backoff_min_ms, "max_ms": row.backoff_max_ms},
+            "dead_letter_topic": row.dead_letter_topic}
+
+
+def _describe(conn: Connection, row: AnyRow, now: datetime) -> dict[str, Any]:
+    first, nxt = store.topic_ends(conn, row.topic)
+    acked, in_flight = store.counts(conn, row.id, now)
+    cursor = max(row.ack_cursor, first)
+    backlog = max(0, nxt - cursor - acked)
+    return {**_settings(row), "backlog": backlog, "in_flight": in_flight,
+            "ack_cursor": cursor, "created_at": row.created_at}
+
+
+def _found(conn: Connection, topic: str, name: str, *, lock: bool = False) -> AnyRow:
+    row = store.get(conn, topic, name, lock=lock)
+    if row is None:
+        raise NotFound(f"no subscription {name!r} on topic {topic!r}",
+                       code="subscription_not_found")
+    return row
+
+
+# -- administration -----------------------------------------------------------------------
+
+
+@wraps_db_errors
+def put(engine: Engine, topic: str, name: str, request: SubscriptionIn
+        ) -> tuple[dict[str, Any], bool]:
+    """Create a subscription (True) or change its settings (False); its description."""
+    dead_letter = request.dead_letter_topic or default_dead_letter_topic(topic, name)
+    if request.dead_letter_topic is None and not is_valid_name(dead_letter):
+        raise InvalidRequest(
+            f"the default dead-letter topic {dead_letter[:200]!r} would break the name rule "
+            f"{NAME_PATTERN}; give dead_letter_topic", code="invalid_dead_letter_topic")
+    settings = {"ack_timeout_ms": request.ack_timeout_ms,
+                "max_redeliveries": request.max_redeliveries,
+                "backoff_min_ms": request.redelivery_backoff.min_ms,
+                "backoff_max_ms": request.redelivery_backoff.max_ms,
+                "dead_letter_topic": dead_letter}
+    now = utcnow()
+    with write_transaction(engine) as conn:
+        first, nxt = store.topic_ends(conn, topic)
+        start = first if request.initial_position == "earliest" else nxt
+        created = store.create(conn, {"topic": topic, "name": name, **settings,
+                                      "ack_cursor": start, "read_offset": start,
+                                      "created_at": now, "updated_at": now})
+        row = _found(conn, topic, name, lock=True)
+        if not created:
+            store.change(conn, row.id, {**settings, "updated_at": now})
+            row = _found(conn, topic, name)
+        return _describe(conn, row, now), created
+
+
+@wraps_db_errors
+def get(engine: Engine, topic: str, name: str) -> dict[str, Any]:
+    with engine.connect() as conn:
+        return _describe(conn, _found(conn, topic, name), utcnow())
+
+
+@wraps_db_errors
+def list_subscriptions(engine: Engine, topic: str, after: str, limit: int) -> dict[str, Any]:
+    now = utcnow()
+    with engine.connect() as conn:
+        rows = store.list_of(conn, topic, after, limit)
+        items = [_describe(conn, r, now) for r in rows]
+    return {"topic": topic, "subscriptions": items,
+            "next_after": rows[-1].name if len(rows) == limit else None}
+
+
+@wraps_db_errors
+def delete(engine: Engine, topic: str, name: str) -> None:
+    with write_transaction(engine) as conn:
+        store.remove(conn, _found(conn, topic, name, lock=True).id)
+
+
+@wraps_db_errors
+def backlogs(engine: Engine) -> list[tuple[str, str, int]]:
+    """(topic, subscription, backlog) of every subscription, for the metrics."""
+    with engine.connect() as conn:
+        return [(r.topic, r.name, max(0, int(r.backlog)))
+                for r in store.backlogs(conn)]
+
+
+@wraps_db_errors
+def anything_due(engine: Engine, topic: str, name: str) -> bool:
+    """Whether a receive on the subscription would find something to do now (True for an
+    unknown subscription: the receive answers 404). Read-only, for waiting receives."""
+    with engine.connect() as conn:
+        sub = store.get(conn, topic, name)
+        return sub is None or store.anything_due(conn, sub, utcnow())
+
+
+# -- receive ------------------------------------------------------------------------------
+
+
+@dataclass
+class Received:
+    messages: list[dict[str, Any]]
+    dead_lettered: int = 0
+    dead_letter_topic: str = ""
+    redelivered: int = 0
+
+
+@wraps_db_errors
+def receive(engine: Engine, topic: str, name: str, max_messages: int,
+            max_bytes: int) -> Received:
+    """Lease up to ``max_messages`` deliverable messages (at most ``max_bytes`` of bodies,
+    but at least one), lowest offsets first; dead-letter those whose deliveries are spent."""
+    with write_transaction(engine) as conn:
+        return _receive(conn, _found(conn, topic, name, lock=True), max_messages, max_bytes)
+
+
+def _receive(conn: Connection, sub: AnyRow, max_messages: int, max_bytes: int) -> Received:
+    now = utcnow()
+    topic = sub.topic
+    cursor, read = sub.ack_cursor, sub.read_offset
+    first, _ = store.topic_ends(conn, topic)
+    if cursor < first:  # retention deleted what was below: acknowledged by expiry
+        store.drop_below(conn, sub.id, first)
+        cursor, read = first, max(read, first)
+        store.change(conn, sub.id, {"ack_cursor": cursor, "read_offset": read})
+    spent = 1 + sub.max_redeliveries
+    dead = store.due(conn, sub.id, topic, now, _DEAD_LETTERS_PER_RECEIVE, dead_from=spent)
+    if dead:
+        _dead_letter(conn, sub, {r.queue_offset: r.deliveries for r in dead}, cursor, read,
+                     now)
+
+    timeout = timedelta(milliseconds=sub.ack_timeout_ms)
+    until = now + timeout
+    picked: list[tuple[int, int]] = []  # (offset, redelivery count)
+    used = 0
+    full = False
+    for r in store.due(conn, sub.id, topic, now, max_messages, live_below=spent):
+        if picked and used + r.size > max_bytes:
+            full = True
+            break
+        picked.append((r.queue_offset, r.deliveries))
+        used += r.size
+    redelivered = len(picked)
+    new_rows: list[dict[str, Any]] = []
+    scanned = 0
+    while not full and len(picked) < max_messages and scanned < _SCAN_ROWS:
+        batch = store.scan(conn, topic, read, max_messages - len(picked))
+        if not batch:
+            break
+        scanned += len(batch)
+        for m in batch:
+            if m.deliver_at is not None and m.deliver_at > now:
+                new_rows.append(_row(sub.id, m.queue_offset, 0, None, m.deliver_at))
+                read = m.queue_offset + 1
+                continue
+            if picked and used + m.size > max_bytes:
+                full = True
+                break
+            picked.append((m.queue_offset, 0))
+            used += m.size
+            read = m.queue_offset + 1
+            new_rows.append(_row(sub.id, m.queue_offset, 1, until, until + _backoff(sub, 0)))
+            if len(picked) == max_messages:
+                break
+    store.add_offsets(conn, new_rows)
+    store.lease(conn, sub.id, [(o, until, until + _backoff(sub, n))
+                               for o, n in picked[:redelivered]])
+    if read != sub.read_offset:
+        store.change(conn, sub.id, {"read_offset": read})
+    counts = dict(picked)
+    rows = store.messages(conn, topic, [o for o, _ in picked])
+    return Received([{**message_fields(r), "redelivery_count": counts[r.queue_offset]}
+                     for r in rows], len(dead), sub.dead_letter_topic, redelivered)
+
+
+def _row(sub_id: int, offset: int, deliveries: int, until: datetime | None,
+         next_at: datetime | None) -> dict[str, Any]:
+    return {"subscription_id": sub_id, "queue_offset": offset, "acked": False,
+            "deliveries": deliveries, "leased_until": until, "next_at": next_at,
+            "held_by": None}
+
+
+def _backoff(sub: AnyRow, redelivery_count: int) -> timedelta:
+    return timedelta(milliseconds=backoff_ms(sub.backoff_min_ms, sub.backoff_max_ms,
+                                             redelivery_count))
+
+
+def message_fields(row: AnyRow) -> dict[str, Any]:
+    """A committed message as a read shows it."""
+    body = ({"body": bytes(row.body).decode()} if row.body_is_text
+            else {"body_base64": base64.b64encode(row.body).decode()})
+    return {"offset": row.queue_offset, "message_id": row.message_id,
+            "transaction_id": row.transaction_id, "producer_group": row.producer_group,
+            "keys": orjson.loads(row.keys),
+            "tag": row.tag, "properties": orjson.loads(row.properties), **body,
+            "created_at": row.created_at, "committed_at": row.committed_at}
+
+
+def _dead_letter(conn: Connection, sub: AnyRow, deliveries: dict[int, int], cursor: int,
+                 read: int, now: datetime) -> None:
+    """Append the messages at these offsets (with their deliveries) to the dead-letter
+    topic and acknowledge them."""
+    offsets = sorted(deliveries)
+    rows = store.messages(conn, sub.topic, offsets)
+    appended = []
+    for r in rows:
+        props = orjson.loads(r.properties)
+        props.update(REAL_TOPIC=sub.topic, ORIGIN_SUBSCRIPTION=sub.name,
+                     ORIGIN_OFFSET=str(r.queue_offset), ORIGIN_MESSAGE_ID=r.message_id,
+                     REDELIVERY_COUNT=str(deliveries[r.queue_offset] - 1))
+        appended.append({"half_message_id": r.half_message_id,
+                         "properties": orjson.dumps(props).decode(), "committed_at": now})
+    if appended:
+        store.append(conn, sub.dead_letter_topic, appended)
+    store.acknowledge(conn, sub.id, offsets)
+    store.advance(conn, sub.id, cursor, read)
+
+
+# -- ack, nack, renew, seek ----------------------------------------------------------------
+
+
+def _locked(conn: Connection, topic: str, name: str) -> AnyRow:
+    return _found(conn, topic, name, lock=True)
+
+
+@wraps_db_errors
+def ack(engine: Engine, topic: str, name: str, offsets: Sequence[int]) -> int:
+    """Acknowledge offsets (those delivered, not yet acknowledged, not held by a
+    transaction); how many were newly acknowledged."""
+    with write_transaction(engine) as conn:
+        sub = _locked(conn, topic, name)
+        n = store.acknowledge(conn, sub.id, offsets)
+        if n:
+            store.advance(conn, sub.id, sub.ack_cursor, sub.read_offset)
+        return n
+
+
+@wraps_db_errors
+def nack(engine: Engine, topic: str, name: str, offsets: Sequence[int],
+         delay_ms: int | None) -> int:
+    """Give leased messages back, deliverable after ``delay_ms`` or the backoff; how many."""
+    now = utcnow()
+    with write_transaction(engine) as conn:
+        sub = _locked(conn, topic, name)
+        changes = []
+        for r in store.rows_at(conn, sub.id, offsets):
+            if r.held_by is not None or r.leased_until is None or r.leased_until <= now:
+                continue
+            wait = (timedelta(milliseconds=delay_ms) if delay_ms is not None
+                    else _backoff(sub, r.deliveries - 1))
+            changes.append((r.queue_offset, None, now + wait))
+        store.reschedule(conn, sub.id, changes)
+        return len(changes)
+
+
+@wraps_db_errors
+def renew(engine: Engine, topic: str, name: str, offsets: Sequence[int]) -> int:
+    """Leases still held on these offsets run for another ack timeout; how many."""
+    now = utcnow()
+    with write_transaction(engine) as conn:
+        sub = _locked(conn, topic, name)
+        until = now + timedelta(milliseconds=sub.ack_timeout_ms)
+        changes = [(r.queue_offset, until, until + _backoff(sub, r.deliveries - 1))
+                   for r in store.rows_at(conn, sub.id, offsets)
+                   if r.leased_until is not None and r.leased_until > now]
+        store.reschedule(conn, sub.id, changes)
+        return len(changes)
+
+
+@wraps_db_errors
+def seek(engine: Engine, topic: str, name: str, offset: int) -> dict[str, Any]:
+    """Every offset below ``offset`` acknowledged, every one from it on not, leases
+    dropped; the subscription's description."""
+    with write_transaction(engine) as conn:
+        sub = _locked(conn, topic, name)
+        store.reset(conn, sub.id, offset)
+        return _describe(conn, _found(conn, topic, name), utcnow())
+
+
+class Subscriptions:
+    """The subscription operations of one process, with what they tell others: the
+    receives waiting on a topic (``signal``) and the metrics."""
+
+    def __init__(self, engine: Engine, max_read_bytes: int, signal: TopicSignal) -> None:
+        self.engine = engine
+        self.max_read_bytes = max_read_bytes
+        self.signal = signal
+
+    def put(self, topic: str, name: str, request: SubscriptionIn
+            ) -> tuple[dict[str, Any], bool]:
+        return put(self.engine, topic, name, request)
+
+    def get(self, topic: str, name: str) -> dict[str, Any]:
+        return get(self.engine, topic, name)
+
+    def list(self, topic: str, after: str, limit: int) -> dict[str, Any]:
+        return list_subscriptions(self.engine, topic, after, limit)
+
+    def delete(self, topic: str, name: str) -> None:
+        delete(self.engine, topic, name)
+
+    def receive(self, topic: str, name: str, max_messages: int) -> Received:
+        received = receive(self.engine, topic, name, max_messages, self.max_read_bytes)
+        if received.redelivered:
+            metrics.REDELIVERIES.labels(topic, name).inc(received.redelivered)
+        if received.dead_lettered:
+            metrics.DEAD_LETTERS.labels(topic, name).inc(received.dead_lettered)
+            self.signal.notify((received.dead_letter_topic,))
+        return received
+
+    def ack(self, topic: str, name: str, offsets: Sequence[int]) -> int:
+        return ack(self.engine, topic, name, offsets)
+
+    def nack(self, topic: str, name: str, offsets: Sequence[int], delay_ms: int | None) -> int:
+        n = nack(self.engine, topic, name, offsets, delay_ms)
+        if n and delay_ms == 0:
+            self.signal.notify((topic,))
+        return n
+
+    def renew(self, topic: str, name: str, offsets: Sequence[int]) -> int:
+        return renew(self.engine, topic, name, offsets)
+
+    def seek(self, topic: str, name: str, offset: int) -> dict[str, Any]:
+        body = seek(self.engine, topic, name, offset)
+        self.signal.notify((topic,))
+        return body
+
+
+# -- transactional acks ------------------------------------------------------------------
+
+
+def hold_acks(conn: Connection, txn_id: int, acks: dict[tuple[str, str], list[int]]) -> int:
+    """Hold these offsets for a new transaction (in its send's database transaction), or
+    refuse: 404 for an unknown subscription, 409 ``ack_not_pending`` for an offset not
+    delivered or already acknowledged, 409 ``ack_conflict`` for one another unresolved
+    transaction holds. How many offsets are held."""
+    held = 0
+    for (topic, name), offsets in acks.items():  # sorted: locks in a fixed order
+        sub = _found(conn, topic, name, lock=True)
+        rows = store.states_at(conn, sub.id, offsets)
+        for offset in offsets:
+            row = rows.get(offset)
+            if row is None or row.acked or row.deliveries == 0:
+                raise Conflict(f"offset {offset} of subscription {name!r} on {topic!r} is not "
+                               "delivered and unacknowledged", code="ack_not_pending",
+                               topic=topic, subscription=name, offset=offset)
+            if row.held_by is not None:
+                raise Conflict(f"offset {offset} of subscription {name!r} on {topic!r} is held "
+                               "by another unresolved transaction", code="ack_conflict",
+                               topic=topic, subscription=name, offset=offset)
+        store.hold(conn, sub.id, offsets, txn_id)
+        held += len(offsets)
+    return held
+
+
+def settle_acks(conn: Connection, committed: Sequence[int], released: Sequence[int]
+                ) -> set[str]:
+    """In a finish batch, before it publishes: what committed transactions held becomes
+    acknowledged (their cursors move), what rolled back or discarded ones held is
+    deliverable again at once. Subscription rows are locked first, as a receive locks
+    them, so the two cannot deadlock. The topics where offsets were released (their
+    waiting receives may look again at once)."""
+    every = [*committed, *released]
+    if not every:
+        return set()
+    subs = store.lock_holders(conn, every)
+    topics: set[str] = set()
+    if released and store.settle(conn, released, commit=False):
+        topics = {sub.topic for sub in subs}
+    if committed:
+        store.settle(conn, committed, commit=True)
+        for sub in subs:
+            store.advance(conn, sub.id, sub.ack_cursor, sub.read_offset)
+    return topics

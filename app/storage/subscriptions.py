@@ -1,0 +1,331 @@
+"""SQL of subscriptions (subscription, subscription_offset) and of what a receive reads of
+the committed log.
+
+A subscription's state is its row (the ack cursor, the read offset) and one
+``subscription_offset`` row per offset in ``[ack_cursor, read_offset)``. Every function
+that changes them runs in a transaction that first locks the subscription row
+(``lock``): on PostgreSQL ``FOR UPDATE``, on SQLite the write transaction's
+``BEGIN IMMEDIATE``. Receives, acks and dead-lettering of one subscription are thus
+serialized; ``SKIP LOCKED`` on the offset rows would not be enough, since the offsets a
+receive takes first have no row yet (it creates them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, and_, bindparam, delete, func, or_, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+
+from app.storage.bulk import insert_rows, is_pg
+from app.storage.schema import (
+    AnyRow,
+    half_message,
+    message_log,
+    subscription,
+    subscription_offset,
+    topic_offset,
+    topic_retention,
+    txn,
+)
+
+so = subscription_offset
+
+
+def _insert(conn: Connection) -> Any:
+    return (postgresql if is_pg(conn) else sqlite).insert
+
+
+# -- subscriptions ----------------------------------------------------------------------
+
+
+def get(conn: Connection, topic: str, name: str, *, lock: bool = False) -> AnyRow | None:
+    stmt = select(subscription).where(subscription.c.topic == topic, subscription.c.name == name)
+    if lock and is_pg(conn):
+        stmt = stmt.with_for_update()
+    return conn.execute(stmt).first()
+
+
+def create(conn: Connection, values: Mapping[str, Any]) -> bool:
+    """Insert a subscription unless (topic, name) is taken; whether it was inserted."""
+    stmt = (_insert(conn)(subscription).values(**values)
+            .on_conflict_do_nothing(index_elements=["topic", "name"])
+            .returning(subscription.c.id))
+    return conn.execute(stmt).first() is not None
+
+
+def change(conn: Connection, sub_id: int, values: Mapping[str, Any]) -> None:
+    conn.execute(update(subscription).where(subscription.c.id == sub_id).values(**values))
+
+
+def remove(conn: Connection, sub_id: int) -> None:
+    conn.execute(delete(so).where(so.c.subscription_id == sub_id))
+    conn.execute(delete(subscription).where(subscription.c.id == sub_id))
+
+
+def list_of(conn: Connection, topic: str, after: str, limit: int) -> list[AnyRow]:
+    return list(conn.execute(
+        select(subscription).where(subscription.c.topic == topic, subscription.c.name > after)
+        .order_by(subscription.c.name).limit(limit)))
+
+
+def topic_ends(conn: Connection, topic: str) -> tuple[int, int]:
+    """(first retained offset, next offset) of a topic; (0, 0) for an unknown one."""
+    first = conn.execute(select(topic_retention.c.first_offset)
+                         .where(topic_retention.c.topic == topic)).scalar_one_or_none() or 0
+    nxt = conn.execute(select(topic_offset.c.next_offset)
+                       .where(topic_offset.c.topic == topic)).scalar_one_or_none() or 0
+    return first, max(first, nxt)
+
+
+def counts(conn: Connection, sub_id: int, now: datetime) -> tuple[int, int]:
+    """(offset rows acknowledged, offset rows leased now) of a subscription."""
+    acked, leased = conn.execute(
+        select(func.count().filter(so.c.acked),
+               func.count().filter(~so.c.acked, so.c.leased_until > now))
+        .where(so.c.subscription_id == sub_id)).one()
+    return int(acked), int(leased)
+
+
+# -- offsets -----------------------------------------------------------------------------
+
+
+def _size() -> Any:
+    return func.length(half_message.c.body).label("size")
+
+
+def due(conn: Connection, sub_id: int, topic: str, now: datetime, limit: int, *,
+        dead_from: int | None = None, live_below: int | None = None) -> list[AnyRow]:
+    """Offset rows deliverable now (not acknowledged, not held, their time come), lowest
+    first, with their message's body size: those delivered at least ``dead_from`` times,
+    or those delivered fewer than ``live_below`` times."""
+    stmt = (select(so.c.queue_offset, so.c.deliveries, _size())
+            .select_from(so.join(message_log, and_(message_log.c.topic == topic,
+                                                  message_log.c.queue_offset == so.c.queue_offset))
+                         .join(half_message, half_message.c.id == message_log.c.half_message_id))
+            .where(so.c.subscription_id == sub_id, ~so.c.acked, so.c.held_by.is_(None),
+                   or_(so.c.next_at.is_(None), so.c.next_at <= now))
+            .order_by(so.c.queue_offset).limit(limit))
+    if dead_from is not None:
+        stmt = stmt.where(so.c.deliveries >= dead_from)
+    if live_below is not None:
+        stmt = stmt.where(so.c.deliveries < live_below)
+    return list(conn.execute(stmt))
+
+
+def scan(conn: Connection, topic: str, from_offset: int, limit: int) -> list[AnyRow]:
+    """Committed messages of ``topic`` from ``from_offset``: offset, deliverable time, size."""
+    return list(conn.execute(
+        select(message_log.c.queue_offset, message_log.c.deliver_at, _size())
+        .join(half_message, half_message.c.id == message_log.c.half_message_id)
+        .where(message_log.c.topic == topic, message_log.c.queue_offset >= from_offset)
+        .order_by(message_log.c.queue_offset).limit(limit)))
+
+
+def messages(conn: Connection, topic: str, offsets: Sequence[int]) -> list[AnyRow]:
+    """The committed messages at these offsets, as a read shows them, in offset order."""
+    if not offsets:
+        return []
+    return list(conn.execute(
+        select(message_log.c.queue_offset, message_log.c.committed_at,
+               message_log.c.half_message_id,
+               func.coalesce(message_log.c.properties, half_message.c.properties)
+               .label("properties"),
+               half_message.c.message_id, half_message.c["keys"], half_message.c.tag,
+               half_message.c.body, half_message.c.body_is_text, half_message.c.created_at,
+               txn.c.transaction_id, txn.c.producer_group)
+        .join(half_message, half_message.c.id == message_log.c.half_message_id)
+        .join(txn, txn.c.id == half_message.c.txn_id)
+        .where(message_log.c.topic == topic, message_log.c.queue_offset.in_(sorted(offsets)))
+        .order_by(message_log.c.queue_offset)))
+
+
+def add_offsets(conn: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
+    """New offset rows (subscription_id, queue_offset, acked, deliveries, leased_until,
+    next_at, held_by)."""
+    insert_rows(conn, so, rows)
+
+
+_LEASE = (update(so)
+          .where(so.c.subscription_id == bindparam("b_sub"),
+                 so.c.queue_offset == bindparam("b_offset"))
+          .values(deliveries=so.c.deliveries + 1, leased_until=bindparam("b_until"),
+                  next_at=bindparam("b_next")))
+
+
+def lease(conn: Connection, sub_id: int, leases: Iterable[tuple[int, datetime, datetime]]
+          ) -> None:
+    """Count one more delivery of each (offset, leased until, next deliverable time)."""
+    params = [{"b_sub": sub_id, "b_offset": o, "b_until": u, "b_next": n} for o, u, n in leases]
+    if params:
+        conn.execute(_LEASE, params)
+
+
+_RESCHEDULE = (update(so)
+               .where(so.c.subscription_id == bindparam("b_sub"),
+                      so.c.queue_offset == bindparam("b_offset"))
+               .values(leased_until=bindparam("b_until"), next_at=bindparam("b_next")))
+
+
+def reschedule(conn: Connection, sub_id: int,
+               changes: Iterable[tuple[int, datetime | None, datetime | None]]) -> None:
+    """Set each (offset, leased until, next deliverable time)."""
+    params = [{"b_sub": sub_id, "b_offset": o, "b_until": u, "b_next": n} for o, u, n in changes]
+    if params:
+        conn.execute(_RESCHEDULE, params)
+
+
+def rows_at(conn: Connection, sub_id: int, offsets: Iterable[int]) -> list[AnyRow]:
+    """The offset rows at these offsets that are not acknowledged, lowest first."""
+    wanted = sorted(set(offsets))
+    if not wanted:
+        return []
+    return list(conn.execute(
+        select(so).where(so.c.subscription_id == sub_id, ~so.c.acked,
+                         so.c.queue_offset.in_(wanted)).order_by(so.c.queue_offset)))
+
+
+def acknowledge(conn: Connection, sub_id: int, offsets: Iterable[int], *,
+                held_by: int | None = None) -> int:
+    """Mark these offsets acknowledged (only those held by ``held_by`` if given, else only
+    those no transaction holds); how many were not before."""
+    wanted = sorted(set(offsets))
+    if not wanted:
+        return 0
+    held = so.c.held_by.is_(None) if held_by is None else so.c.held_by == held_by
+    return int(conn.execute(
+        update(so).where(so.c.subscription_id == sub_id, ~so.c.acked, held,
+                         so.c.queue_offset.in_(wanted))
+        .values(acked=True, leased_until=None, next_at=None, held_by=None)).rowcount)
+
+
+def advance(conn: Connection, sub_id: int, cursor: int, read: int) -> int:
+    """Move the ack cursor over the acknowledged offsets at its head and delete their
+    rows; the new cursor."""
+    lowest_open = conn.execute(
+        select(func.min(so.c.queue_offset))
+        .where(so.c.subscription_id == sub_id, ~so.c.acked)).scalar_one_or_none()
+    new = read if lowest_open is None else min(int(lowest_open), read)
+    if new > cursor:
+        conn.execute(delete(so).where(so.c.subscription_id == sub_id, so.c.queue_offset < new))
+        conn.execute(update(subscription).where(subscription.c.id == sub_id)
+                     .values(ack_cursor=new))
+    return max(new, cursor)
+
+
+def reset(conn: Connection, sub_id: int, offset: int) -> None:
+    """Every offset below ``offset`` acknowledged, every one from it on not: no rows."""
+    conn.execute(delete(so).where(so.c.subscription_id == sub_id))
+    conn.execute(update(subscription).where(subscription.c.id == sub_id)
+                 .values(ack_cursor=offset, read_offset=offset))
+
+
+def drop_below(conn: Connection, sub_id: int, offset: int) -> None:
+    conn.execute(delete(so).where(so.c.subscription_id == sub_id, so.c.queue_offset < offset))
+
+
+# -- appending to a topic (dead letters) ------------------------------------------------
+
+
+def append(conn: Connection, topic: str, rows: Sequence[Mapping[str, Any]]) -> int:
+    """Append committed log rows (half_message_id, properties, committed_at) to ``topic``
+    at the next offsets, taken from its counter (locked until this transaction ends, as
+    a commit does); the first offset taken."""
+    n = len(rows)
+    stmt = _insert(conn)(topic_offset).values(topic=topic, next_offset=n)
+    stmt = stmt.on_conflict_do_update(
+        index_elements=[topic_offset.c.topic],
+        set_={"next_offset": topic_offset.c.next_offset + stmt.excluded.next_offset},
+    ).returning(topic_offset.c.next_offset)
+    first = int(conn.execute(stmt).scalar_one()) - n
+    insert_rows(conn, message_log, [{"topic": topic, "queue_offset": first + i,
+                                     "deliver_at": None, **r} for i, r in enumerate(rows)])
+    return first
+
+
+def expire_below(conn: Connection, topic: str, end: int) -> list[tuple[str, int]]:
+    """Move the ack cursors of ``topic``'s subscriptions that are below ``end`` (the new
+    first retained offset) up to it, deleting their rows below it; for each moved one,
+    (name, how many offsets it had not acknowledged: skipped by retention)."""
+    stmt = (select(subscription.c.id, subscription.c.name, subscription.c.ack_cursor,
+                   subscription.c.read_offset)
+            .where(subscription.c.topic == topic, subscription.c.ack_cursor < end)
+            .order_by(subscription.c.id))
+    if is_pg(conn):
+        stmt = stmt.with_for_update()
+    moved = []
+    for sub in conn.execute(stmt).all():
+        acked = conn.execute(select(func.count()).where(
+            so.c.subscription_id == sub.id, so.c.acked, so.c.queue_offset < end)).scalar_one()
+        drop_below(conn, sub.id, end)
+        change(conn, sub.id, {"ack_cursor": end, "read_offset": max(sub.read_offset, end)})
+        moved.append((sub.name, end - sub.ack_cursor - int(acked)))
+    return moved
+
+
+def backlogs(conn: Connection) -> list[AnyRow]:
+    """Every subscription's (topic, name, backlog), for the metrics."""
+    acked = (select(so.c.subscription_id, func.count().label("n"))
+             .where(so.c.acked).group_by(so.c.subscription_id).subquery("acked"))
+    nxt = func.coalesce(topic_offset.c.next_offset, 0)
+    first = func.coalesce(topic_retention.c.first_offset, 0)
+    cursor = func.max(subscription.c.ack_cursor, first) if not is_pg(conn) else func.greatest(
+        subscription.c.ack_cursor, first)
+    return list(conn.execute(
+        select(subscription.c.topic, subscription.c.name,
+               (nxt - cursor - func.coalesce(acked.c.n, 0)).label("backlog"))
+        .select_from(subscription
+                     .outerjoin(topic_offset, topic_offset.c.topic == subscription.c.topic)
+                     .outerjoin(topic_retention, topic_retention.c.topic == subscription.c.topic)
+                     .outerjoin(acked, acked.c.subscription_id == subscription.c.id))
+        .order_by(subscription.c.topic, subscription.c.name)))
+
+
+# -- transactional acks ------------------------------------------------------------------
+
+
+def states_at(conn: Connection, sub_id: int, offsets: Sequence[int]) -> dict[int, AnyRow]:
+    """The offset rows at these offsets, whatever their state, by offset."""
+    return {r.queue_offset: r for r in conn.execute(
+        select(so).where(so.c.subscription_id == sub_id, so.c.queue_offset.in_(offsets)))}
+
+
+def hold(conn: Connection, sub_id: int, offsets: Sequence[int], txn_id: int) -> None:
+    conn.execute(update(so).where(so.c.subscription_id == sub_id, so.c.queue_offset.in_(offsets))
+                 .values(held_by=txn_id))
+
+
+def lock_holders(conn: Connection, txn_ids: Sequence[int]) -> list[AnyRow]:
+    """The subscriptions where these transactions hold offsets, locked in id order."""
+    ids = select(so.c.subscription_id).where(so.c.held_by.in_(txn_ids)).distinct()
+    stmt = select(subscription).where(subscription.c.id.in_(ids)).order_by(subscription.c.id)
+    if is_pg(conn):
+        stmt = stmt.with_for_update()
+    return list(conn.execute(stmt))
+
+
+def settle(conn: Connection, txn_ids: Sequence[int], *, commit: bool) -> int:
+    """What these transactions hold: acknowledged (their commit) or released, deliverable
+    at once (their rollback or discard); how many offsets."""
+    values: dict[str, Any] = {"held_by": None, "leased_until": None, "next_at": None}
+    if commit:
+        values["acked"] = True
+    return int(conn.execute(update(so).where(so.c.held_by.in_(txn_ids)).values(**values))
+               .rowcount)
+
+
+def anything_due(conn: Connection, sub: AnyRow, now: datetime) -> bool:
+    """Whether a receive would find something to do now: an offset row due (to deliver
+    again or to dead-letter), or a committed message past the read offset that is not
+    delayed. A read of two index probes, without locks."""
+    row_due = select(so.c.queue_offset).where(
+        so.c.subscription_id == sub.id, ~so.c.acked, so.c.held_by.is_(None),
+        or_(so.c.next_at.is_(None), so.c.next_at <= now)).limit(1)
+    if conn.execute(row_due).first() is not None:
+        return True
+    fresh = select(message_log.c.queue_offset).where(
+        message_log.c.topic == sub.topic, message_log.c.queue_offset >= sub.read_offset,
+        or_(message_log.c.deliver_at.is_(None), message_log.c.deliver_at <= now)).limit(1)
+    return conn.execute(fresh).first() is not None
