@@ -60,7 +60,8 @@ from app.api import subscriptions, telemetry, transactions
 from app.api.access import Access, access_of, authorize, bearer_token, unauthenticated
 from app.api.http import PROBLEM_MEDIA_TYPE, api_problem, dump_json, http_problem
 from app.api.subscriptions import check_names, parse_receive, receive_once
-from app.api.transactions import check_finish, parse_send, send_answer
+from app.api.transactions import check_ack_scopes, check_finish, parse_send, send_answer
+from app.domain.access import UNRESTRICTED, Principal
 from app.domain.wakeups import RECHECK_SECONDS
 from app.errors import ApiError, InvalidRequest
 from app.storage.db import unavailable
@@ -211,11 +212,14 @@ class Api:
         content_type = _JSON
         headers: tuple[tuple[str, str], ...] = ()
         try:
+            principal = UNRESTRICTED
             if self._guard.enabled:
-                await self._authorize(scope, _ACCESS[op], group)
+                principal = await self._authorize(scope, _ACCESS[op], group)
             lifecycle = self._state.lifecycle
             if op is None:
                 txn = parse_send(lifecycle, group, raw)
+                if txn.acks:
+                    check_ack_scopes(principal, txn)
                 body, status = send_answer(await lifecycle.send_async(group, txn))
             else:
                 check_finish(group, transaction_id)
@@ -288,17 +292,18 @@ class Api:
             await signal.wait_async(topic, seen, min(left, RECHECK_SECONDS))
 
     async def _authorize(self, scope: HTTPScope, access: Access, group: str | dict[str, str]
-                         ) -> None:
+                         ) -> Principal:
         """As ``app.api.access.install`` checks a Flask route; the database is read (off the
         event loop) only for a token not verified in the last few seconds."""
         token = bearer_token(_header(scope["headers"], b"authorization"))
-        principal = self._guard.cached(token) if token is not None else None
+        principal: Principal | None = self._guard.cached(token) if token is not None else None
         if principal is None and token is not None:
             principal = await asyncio.get_running_loop().run_in_executor(
                 None, self._guard.verify, token)
         if principal is None:
             raise unauthenticated(token)
         authorize(access, principal, group if isinstance(group, dict) else {"group": group})
+        return principal
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         while True:

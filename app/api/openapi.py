@@ -217,8 +217,10 @@ class _Builder:
                     {"400": f"{_GROUP_CODES}, {_BODY_CODES}, invalid_topic, reserved_topic, "
                             "invalid_body, invalid_base64, too_many_properties, "
                             "properties_too_large, invalid_tag, invalid_transaction_id, "
-                            f"{_CALLBACK_URL_CODES}",
-                     "409": "transaction_id_conflict",
+                            f"{_CALLBACK_URL_CODES}, invalid_deliver_at, invalid_subscription, "
+                            "invalid_offset, too_many_acks",
+                     "404": "subscription_not_found (an ack's subscription)",
+                     "409": "transaction_id_conflict, ack_not_pending, ack_conflict",
                      "413": "body_too_large, payload_too_large",
                      "422": "unregistered_producer_group", **_DB},
                     body={"oneOf": [self.components.request(TransactionIn),

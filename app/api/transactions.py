@@ -6,13 +6,14 @@ from typing import Any
 
 from flask import Blueprint, Response, request
 
-from app.api.access import requires
+from app.api.access import current_principal, requires
 from app.api.http import int_arg, json_response, limit_arg, parse_json, request_body, state
 from app.domain import reads
-from app.domain.access import PRODUCE
+from app.domain.access import CONSUME, PRODUCE, Principal
 from app.domain.lifecycle import Lifecycle, SendResult
 from app.domain.messages import TransactionIn, parse_transaction
 from app.domain.names import check_group_name, check_transaction_id
+from app.errors import Forbidden
 from app.vocabulary import Op
 
 bp = Blueprint("transactions", __name__, url_prefix="/v1/producer-groups/<group>/transactions")
@@ -29,6 +30,15 @@ def parse_send(lifecycle: Lifecycle, group: str, raw: bytes) -> TransactionIn:
                              callback_policy=lifecycle.callback_policy)
 
 
+def check_ack_scopes(principal: Principal, request: TransactionIn) -> None:
+    """Acks in a send act on subscriptions: each needs ``consume:<topic>`` as well."""
+    for topic, _ in request.ack_set():
+        if not principal.may(CONSUME, topic):
+            scope = f"{CONSUME}:{topic}"
+            raise Forbidden(f"acks on topic {topic!r} need the scope {scope!r}",
+                            required_scope=scope)
+
+
 def send_answer(result: SendResult) -> tuple[dict[str, Any], int]:
     """A stored transaction (201), or a retried send repeated (200)."""
     return result.body, 201 if result.created else 200
@@ -42,8 +52,10 @@ def check_finish(group: str, transaction_id: str) -> None:
 @bp.post("")
 @requires(PRODUCE, "group")
 def send(group: str) -> Response:
+    """Store half messages (with acks: each acked topic needs consume:<topic> too)."""
     lifecycle = state().lifecycle
     txn = parse_send(lifecycle, group, request_body())
+    check_ack_scopes(current_principal(), txn)
     return json_response(*send_answer(lifecycle.send(group, txn)))
 
 

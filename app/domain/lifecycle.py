@@ -7,6 +7,7 @@ and ``apply_finishes`` each handle a whole batch of requests inside one transact
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections import Counter as Tally
 from collections.abc import Sequence
@@ -19,7 +20,7 @@ from sqlalchemy import Connection, Engine
 
 from app import metrics
 from app.config import Settings
-from app.domain import states
+from app.domain import states, subscriptions
 from app.domain.callback_policy import CallbackPolicy
 from app.domain.messages import TransactionIn
 from app.domain.names import DISCARD_TOPIC
@@ -27,6 +28,7 @@ from app.domain.states import Outcome
 from app.domain.wakeups import TopicSignal
 from app.errors import ApiError, Conflict, NotFound, UnregisteredProducerGroup
 from app.storage import finishes, groups, reads, sends
+from app.storage.db import wraps_db_errors, write_transaction
 from app.storage.sends import NewTransaction
 from app.storage.writer import GroupCommitWriter
 from app.vocabulary import RESOLVED, Op, State
@@ -169,6 +171,9 @@ def apply_finishes(conn: Connection, cmds: Sequence[FinishCmd]) -> list[FinishRe
         decided.append((cmd, row, verdict, state))
 
     applied = [(c, r) for c, r, o, _ in decided if o is Outcome.APPLY]
+    subscriptions.settle_acks(
+        conn, [r.id for c, r in applied if r.held_acks and c.op is Op.COMMIT],
+        [r.id for c, r in applied if r.held_acks and c.op in (Op.ROLLBACK, Op.DISCARD)])
     to_publish = [(c, r) for c, r in applied if c.op in (Op.COMMIT, Op.DISCARD)]
     counts, log_rows, placed = _publish(to_publish, messages, now)
     changes: dict[int, dict[str, Any]] = {}
@@ -296,12 +301,34 @@ class Lifecycle:
             timeout=settings.db_write_timeout_seconds)
 
     def send(self, group: str, request: TransactionIn) -> SendResult:
-        return self._sent(request, self.send_writer.submit(self._send_cmd(group, request)))
+        cmd = self._send_cmd(group, request)
+        if request.acks:
+            return self._sent(request, self._send_holding(cmd))
+        return self._sent(request, self.send_writer.submit(cmd))
 
     async def send_async(self, group: str, request: TransactionIn) -> SendResult:
         """``send`` for a coroutine (the ASGI front): same batches, no thread held."""
         cmd = self._send_cmd(group, request)
+        if request.acks:
+            return self._sent(request, await asyncio.get_running_loop().run_in_executor(
+                None, self._send_holding, cmd))
         return self._sent(request, await self.send_writer.submit_async(cmd))
+
+    @wraps_db_errors
+    def _send_holding(self, cmd: SendCmd) -> SendResult:
+        """A send that carries acks: stored with its holds in one database transaction of
+        its own (a send without acks, the hot path, stays in the group-commit batches).
+        A refused ack refuses the send: nothing is written."""
+        with write_transaction(self.engine) as conn:
+            out = apply_sends(conn, [cmd])[0]
+            if isinstance(out, ApiError):
+                raise out
+            if out.created:
+                row = reads.get_txn(conn, cmd.group, cmd.transaction_id)
+                assert row is not None  # inserted just now, in this transaction
+                held = subscriptions.hold_acks(conn, row.id, cmd.request.ack_set())
+                sends.mark_held(conn, row.id, held)
+            return out
 
     def _send_cmd(self, group: str, request: TransactionIn) -> SendCmd:
         delay = max(self.settings.transaction_timeout_seconds, request.check_immunity_seconds)

@@ -32,6 +32,7 @@ from app.domain.names import (
     DISCARD_TOPIC,
     NAME_PATTERN,
     SYSTEM_TOPIC_PREFIX,
+    Name,
     TopicName,
     TransactionId,
     is_valid_name,
@@ -45,6 +46,8 @@ MAX_PROPERTIES_BYTES = 16 * 1024
 MAX_KEYS = 128
 MAX_CHECK_URLS = 16
 MAX_DELIVER_AFTER_MS = 864_000_000  # ten days
+MAX_ACK_OFFSETS = 1000
+MAX_OFFSET = 2**63 - 1
 
 _STRICT = ConfigDict(strict=True, extra="forbid", frozen=True)
 M = TypeVar("M", bound=BaseModel)
@@ -185,10 +188,52 @@ class MessageIn(BaseModel):
         return self.body is not None
 
 
+class AckIn(BaseModel):
+    """Offsets of a subscription that the transaction's commit acknowledges."""
+
+    model_config = _STRICT
+
+    topic: Annotated[Name, Field(description="The subscription's topic.")]
+    subscription: Annotated[Name, Field(description="Subscription name.")]
+    offsets: list[StrictInt] = Field(min_length=1, max_length=MAX_ACK_OFFSETS, description=(
+        "Offsets delivered to the subscription and not acknowledged (else 409 "
+        "`ack_not_pending`), held by no other unresolved transaction (else 409 "
+        "`ack_conflict`)."))
+
+    @field_validator("topic")
+    @classmethod
+    def _topic(cls, topic: str) -> str:
+        if not is_valid_name(topic):
+            raise _custom("invalid_topic", f"topic {topic!r} must match {NAME_PATTERN}")
+        if topic.startswith(SYSTEM_TOPIC_PREFIX):
+            raise _custom("reserved_topic", f"topic {topic!r} is internal")
+        return topic
+
+    @field_validator("subscription")
+    @classmethod
+    def _subscription(cls, name: str) -> str:
+        if not is_valid_name(name):
+            raise _custom("invalid_subscription",
+                          f"subscription {name!r} must match {NAME_PATTERN}")
+        return name
+
+    @field_validator("offsets")
+    @classmethod
+    def _offsets(cls, offsets: list[int]) -> list[int]:
+        if any(o < 0 or o > MAX_OFFSET for o in offsets):
+            raise _custom("invalid_offset", f"offsets are integers 0..{MAX_OFFSET}")
+        return offsets
+
+
 class TransactionOptions(BaseModel):
     """What a send says besides its messages."""
 
     model_config = _STRICT
+
+    acks: list[AckIn] | None = Field(None, max_length=MAX_ACK_OFFSETS, description=(
+        "Transactional acknowledgement: held while the transaction is unresolved (not "
+        "redelivered), acknowledged by its commit in the same database transaction, "
+        f"released by its rollback or discard. At most {MAX_ACK_OFFSETS} offsets in all."))
 
     transaction_id: TransactionId | None = Field(None, description=(
         "Client id, unique per producer group; a retried send with the same id and the "
@@ -216,8 +261,21 @@ class TransactionOptions(BaseModel):
 class TransactionIn(TransactionOptions):
     messages: list[MessageIn] = Field(min_length=1, max_length=MAX_MESSAGES)
 
+    @model_validator(mode="after")
+    def _ack_count(self) -> TransactionIn:
+        if self.acks and sum(len(a.offsets) for a in self.acks) > MAX_ACK_OFFSETS:
+            raise _custom("too_many_acks", f"at most {MAX_ACK_OFFSETS} offsets in acks")
+        return self
+
+    def ack_set(self) -> dict[tuple[str, str], list[int]]:
+        """The acks by (topic, subscription), each with its offsets sorted, once."""
+        out: dict[tuple[str, str], set[int]] = {}
+        for a in self.acks or ():
+            out.setdefault((a.topic, a.subscription), set()).update(a.offsets)
+        return {k: sorted(v) for k, v in sorted(out.items())}
+
     def fingerprint(self) -> str:
-        """What makes a retried send "the same": its messages, not its options."""
+        """What makes a retried send "the same": its messages and acks, not its options."""
         h = hashlib.sha256()
         for m in self.messages:
             h.update(orjson.dumps([m.topic, m.body_is_text, m.keys, m.tag, m.properties],
@@ -226,6 +284,8 @@ class TransactionIn(TransactionOptions):
             if m.deliver_after_ms is not None or m.deliver_at is not None:
                 # only then, so that fingerprints of messages without a delay stay as they were
                 h.update(orjson.dumps([m.deliver_after_ms, m.deliver_at], option=orjson.OPT_UTC_Z))
+        if self.acks:  # only then, as for delays
+            h.update(orjson.dumps(["acks", [[*k, v] for k, v in self.ack_set().items()]]))
         return h.hexdigest()
 
 

@@ -37,7 +37,7 @@ from app.domain.names import (
     is_valid_name,
 )
 from app.domain.wakeups import TopicSignal
-from app.errors import InvalidRequest, NotFound
+from app.errors import Conflict, InvalidRequest, NotFound
 from app.storage import subscriptions as store
 from app.storage.db import wraps_db_errors, write_transaction
 from app.storage.schema import AnyRow
@@ -479,3 +479,47 @@ class Subscriptions:
         body = seek(self.engine, topic, name, offset)
         self.signal.notify((topic,))
         return body
+
+
+# -- transactional acks ------------------------------------------------------------------
+
+
+def hold_acks(conn: Connection, txn_id: int, acks: dict[tuple[str, str], list[int]]) -> int:
+    """Hold these offsets for a new transaction (in its send's database transaction), or
+    refuse: 404 for an unknown subscription, 409 ``ack_not_pending`` for an offset not
+    delivered or already acknowledged, 409 ``ack_conflict`` for one another unresolved
+    transaction holds. How many offsets are held."""
+    held = 0
+    for (topic, name), offsets in acks.items():  # sorted: locks in a fixed order
+        sub = _found(conn, topic, name, lock=True)
+        rows = store.states_at(conn, sub.id, offsets)
+        for offset in offsets:
+            row = rows.get(offset)
+            if row is None or row.acked or row.deliveries == 0:
+                raise Conflict(f"offset {offset} of subscription {name!r} on {topic!r} is not "
+                               "delivered and unacknowledged", code="ack_not_pending",
+                               topic=topic, subscription=name, offset=offset)
+            if row.held_by is not None:
+                raise Conflict(f"offset {offset} of subscription {name!r} on {topic!r} is held "
+                               "by another unresolved transaction", code="ack_conflict",
+                               topic=topic, subscription=name, offset=offset)
+        store.hold(conn, sub.id, offsets, txn_id)
+        held += len(offsets)
+    return held
+
+
+def settle_acks(conn: Connection, committed: Sequence[int], released: Sequence[int]) -> None:
+    """In a finish batch, before it publishes: what committed transactions held becomes
+    acknowledged (their cursors move), what rolled back or discarded ones held is
+    deliverable again at once. Subscription rows are locked first, as a receive locks
+    them, so the two cannot deadlock."""
+    every = [*committed, *released]
+    if not every:
+        return
+    subs = store.lock_holders(conn, every)
+    if released:
+        store.settle(conn, released, commit=False)
+    if committed:
+        store.settle(conn, committed, commit=True)
+        for sub in subs:
+            store.advance(conn, sub.id, sub.ack_cursor, sub.read_offset)

@@ -23,7 +23,7 @@ from app.vocabulary import State
 TXN_COLUMNS = (
     txn.c.id, txn.c.producer_group, txn.c.transaction_id, txn.c.state, txn.c.fingerprint,
     txn.c.message_count, txn.c.check_url, txn.c.check_immunity_seconds, txn.c.check_times,
-    txn.c.next_check_at, txn.c.created_at, txn.c.resolved_at,
+    txn.c.next_check_at, txn.c.created_at, txn.c.resolved_at, txn.c.held_acks,
 )
 MESSAGE_COLUMNS = (
     half_message.c.id, half_message.c.txn_id, half_message.c.seq, half_message.c.message_id,

@@ -131,6 +131,9 @@ txn = Table(
     Column("lease_until", UTCDateTime, nullable=True),
     Column("created_at", UTCDateTime, nullable=False),
     Column("resolved_at", UTCDateTime, nullable=True),
+    # offsets of subscriptions this transaction holds (its acks, applied by its commit);
+    # NULL when none, so that finishing it looks for none
+    Column("held_acks", Integer, nullable=True),
     UniqueConstraint("producer_group", "transaction_id"),
     Index(
         "ix_txn_due",

@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import Any, NamedTuple, Protocol
 
 import orjson
-from sqlalchemy import and_, exists, insert, select
+from sqlalchemy import and_, exists, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 
@@ -163,3 +163,8 @@ def _store_sends_pg(conn: Connection, sends: Sequence[NewTransaction]) -> dict[K
               **_SEND_MESSAGES.param(messages)}
     return {(r.producer_group, r.transaction_id): r.id
             for r in conn.execute(_store_sends_stmt(), params)}
+
+
+def mark_held(conn: Connection, txn_id: int, count: int) -> None:
+    """Note that the transaction holds ``count`` subscription offsets (its acks)."""
+    conn.execute(update(txn).where(txn.c.id == txn_id).values(held_acks=count))

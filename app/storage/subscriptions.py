@@ -281,3 +281,36 @@ def backlogs(conn: Connection) -> list[AnyRow]:
                      .outerjoin(topic_retention, topic_retention.c.topic == subscription.c.topic)
                      .outerjoin(acked, acked.c.subscription_id == subscription.c.id))
         .order_by(subscription.c.topic, subscription.c.name)))
+
+
+# -- transactional acks ------------------------------------------------------------------
+
+
+def states_at(conn: Connection, sub_id: int, offsets: Sequence[int]) -> dict[int, AnyRow]:
+    """The offset rows at these offsets, whatever their state, by offset."""
+    return {r.queue_offset: r for r in conn.execute(
+        select(so).where(so.c.subscription_id == sub_id, so.c.queue_offset.in_(offsets)))}
+
+
+def hold(conn: Connection, sub_id: int, offsets: Sequence[int], txn_id: int) -> None:
+    conn.execute(update(so).where(so.c.subscription_id == sub_id, so.c.queue_offset.in_(offsets))
+                 .values(held_by=txn_id))
+
+
+def lock_holders(conn: Connection, txn_ids: Sequence[int]) -> list[AnyRow]:
+    """The subscriptions where these transactions hold offsets, locked in id order."""
+    ids = select(so.c.subscription_id).where(so.c.held_by.in_(txn_ids)).distinct()
+    stmt = select(subscription).where(subscription.c.id.in_(ids)).order_by(subscription.c.id)
+    if is_pg(conn):
+        stmt = stmt.with_for_update()
+    return list(conn.execute(stmt))
+
+
+def settle(conn: Connection, txn_ids: Sequence[int], *, commit: bool) -> int:
+    """What these transactions hold: acknowledged (their commit) or released, deliverable
+    at once (their rollback or discard); how many offsets."""
+    values: dict[str, Any] = {"held_by": None, "leased_until": None, "next_at": None}
+    if commit:
+        values["acked"] = True
+    return int(conn.execute(update(so).where(so.c.held_by.in_(txn_ids)).values(**values))
+               .rowcount)

@@ -1,6 +1,6 @@
 """Shared subscriptions: a cursor per subscription and the offsets above it that were looked
 at; delayed delivery: the time a half message asked for, and the committed message's
-deliverable time.
+deliverable time; transactional acks: how many offsets a transaction holds.
 
 Revision ID: 0005_subscriptions
 Revises: 0004_signing_secrets
@@ -24,6 +24,7 @@ BigId = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
 
 
 def upgrade() -> None:
+    op.add_column("txn", sa.Column("held_acks", sa.Integer(), nullable=True))
     op.add_column("half_message", sa.Column("deliver_after_ms", sa.BigInteger(), nullable=True))
     op.add_column("half_message", sa.Column("deliver_at", UTCDateTime(), nullable=True))
     op.add_column("message_log", sa.Column("deliver_at", UTCDateTime(), nullable=True))
@@ -70,3 +71,4 @@ def downgrade() -> None:
     op.drop_column("message_log", "deliver_at")
     op.drop_column("half_message", "deliver_at")
     op.drop_column("half_message", "deliver_after_ms")
+    op.drop_column("txn", "held_acks")

@@ -12,6 +12,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+import orjson
 import pytest
 from sqlalchemy import select
 
@@ -209,6 +210,31 @@ def test_the_asgi_front_checks_receive_itself(app: Any, client: Any) -> None:
         assert r.status == 200 and r.body == b'{"messages":[]}'
     finally:
         http.close()
+
+
+def test_acks_in_a_send_need_consume_on_their_topic(app: Any, client: Any) -> None:
+    """Flask and the ASGI front alike: produce:<group> sends, acks need consume:<topic>."""
+    client.put(f"/v1/producer-groups/{GROUP}", json={"check_urls": ["http://127.0.0.1:9/c"]},
+               headers=AS_ADMIN)
+    producer = make_token(client, f"produce:{GROUP}")["token"]
+    body = {"topic": "out", "body": "x",
+            "acks": [{"topic": TOPIC, "subscription": "s", "offsets": [0]}]}
+    engine = app.extensions["txmsg"].engine
+    before = row_counts(engine)
+    path = f"/v1/producer-groups/{GROUP}/transactions"
+    assert_problem(client.post(path, json=body, headers=bearer(producer)), 403, "forbidden")
+    http = AsgiClient(asgi.Api(app))
+    try:
+        raw = orjson.dumps(body)
+        r = http.request("POST", path, body=raw, headers=[
+            ("content-length", str(len(raw))), ("authorization", f"Bearer {producer}")])
+        assert r.status == 403 and b'"forbidden"' in r.body
+    finally:
+        http.close()
+    assert row_counts(engine) == before
+    both = make_token(client, f"produce:{GROUP}", f"consume:{TOPIC}")["token"]
+    r = client.post(path, json=body, headers=bearer(both))
+    assert (r.status_code, r.json["code"]) == (404, "subscription_not_found")
 
 
 def test_the_document_names_each_routes_scope(app: Any) -> None:
