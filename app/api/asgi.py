@@ -11,8 +11,9 @@ A long-polling receive (``POST /v1/topics/{topic}/subscriptions/{subscription}/r
 with ``wait_ms``) is served here too: each look at the database takes a thread of its
 own small pool for as long as the look lasts, and between looks the request is a
 coroutine waiting on the topic's signal (``app.domain.wakeups``), set by this process's
-commits, or on a re-check timer (other processes' commits, delayed messages, leases that
-run out). A thousand idle long polls hold no thread and no connection.
+commits, or by a probe per subscription (other processes' commits, delayed messages,
+leases that run out; ``app.api.longpoll``). A thousand idle long polls hold no thread and no
+connection.
 
 The three routes are matched here and handled by the same functions the Flask routes
 call (``parse_send``, ``send_answer``, ``check_finish``, the lifecycle), with the same
@@ -59,10 +60,10 @@ from werkzeug.exceptions import (
 from app.api import subscriptions, telemetry, transactions
 from app.api.access import Access, access_of, authorize, bearer_token, unauthenticated
 from app.api.http import PROBLEM_MEDIA_TYPE, api_problem, dump_json, http_problem
+from app.api.longpoll import Waits
 from app.api.subscriptions import check_names, parse_receive, receive_once
 from app.api.transactions import check_ack_scopes, check_finish, parse_send, send_answer
 from app.domain.access import UNRESTRICTED, Principal
-from app.domain.wakeups import RECHECK_SECONDS
 from app.errors import ApiError, InvalidRequest
 from app.storage.db import unavailable
 from app.vocabulary import Op
@@ -111,6 +112,7 @@ class Api:
         # the looks of long-polling receives at the database (not their waits)
         self._receivers = ThreadPoolExecutor(max_workers=settings.web_threads,
                                              thread_name_prefix="txmsg-receive")
+        self.waits = Waits(self._state.engine, self._state.signal, self._receivers)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -278,7 +280,7 @@ class Api:
 
     async def _long_poll(self, topic: str, name: str, request: Any) -> dict[str, Any]:
         """Look; while nothing is deliverable and time is left, wait for the topic's
-        signal (at most ``RECHECK_SECONDS``) and look again."""
+        signal (``app.api.longpoll``) and look again."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + request.wait_ms / 1000
         signal = self._state.signal
@@ -289,7 +291,7 @@ class Api:
             left = deadline - loop.time()
             if received.messages or left <= 0:
                 return {"messages": received.messages}
-            await signal.wait_async(topic, seen, min(left, RECHECK_SECONDS))
+            await self.waits.wait(topic, name, seen, left)
 
     async def _authorize(self, scope: HTTPScope, access: Access, group: str | dict[str, str]
                          ) -> Principal:

@@ -249,6 +249,15 @@ def backlogs(engine: Engine) -> list[tuple[str, str, int]]:
                 for r in store.backlogs(conn)]
 
 
+@wraps_db_errors
+def anything_due(engine: Engine, topic: str, name: str) -> bool:
+    """Whether a receive on the subscription would find something to do now (True for an
+    unknown subscription: the receive answers 404). Read-only, for waiting receives."""
+    with engine.connect() as conn:
+        sub = store.get(conn, topic, name)
+        return sub is None or store.anything_due(conn, sub, utcnow())
+
+
 # -- receive ------------------------------------------------------------------------------
 
 

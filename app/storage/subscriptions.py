@@ -314,3 +314,18 @@ def settle(conn: Connection, txn_ids: Sequence[int], *, commit: bool) -> int:
         values["acked"] = True
     return int(conn.execute(update(so).where(so.c.held_by.in_(txn_ids)).values(**values))
                .rowcount)
+
+
+def anything_due(conn: Connection, sub: AnyRow, now: datetime) -> bool:
+    """Whether a receive would find something to do now: an offset row due (to deliver
+    again or to dead-letter), or a committed message past the read offset that is not
+    delayed. A read of two index probes, without locks."""
+    row_due = select(so.c.queue_offset).where(
+        so.c.subscription_id == sub.id, ~so.c.acked, so.c.held_by.is_(None),
+        or_(so.c.next_at.is_(None), so.c.next_at <= now)).limit(1)
+    if conn.execute(row_due).first() is not None:
+        return True
+    fresh = select(message_log.c.queue_offset).where(
+        message_log.c.topic == sub.topic, message_log.c.queue_offset >= sub.read_offset,
+        or_(message_log.c.deliver_at.is_(None), message_log.c.deliver_at <= now)).limit(1)
+    return conn.execute(fresh).first() is not None

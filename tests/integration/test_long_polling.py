@@ -1,7 +1,7 @@
 """Long-polling receives (``wait_ms``): on the ASGI front a waiting receive is a coroutine
 that holds no thread and no connection, woken by this process's commits; commits of
-another process are seen by the periodic re-check; the Flask route waits the same way on
-a thread. Both stores."""
+another process are found by the subscription's probe; the Flask route waits the same
+way on a thread. Both stores."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import Any
 import orjson
 import pytest
 
-from app.api import asgi
+from app.api import asgi, longpoll
 from app.web import create_app
 from tests.asgi_client import AsgiClient
 from tests.callbacks import wait_until
@@ -28,6 +28,7 @@ def front(database_url: str) -> Iterator[tuple[Any, AsgiClient]]:
     app = create_app(make_settings(database_url, web_threads=2))
     http = AsgiClient(asgi.Api(app))
     yield app, http
+    http.app._receivers.shutdown(wait=False)
     http.close()
     app.extensions["txmsg"].close()
 
@@ -45,16 +46,12 @@ def long_poll(http: AsgiClient, wait_ms: int, max_messages: int = 10) -> list[in
     return [m["offset"] for m in orjson.loads(r.body)["messages"]]
 
 
-def receive_threads() -> int:
-    return sum(t.name.startswith("txmsg-receive") for t in threading.enumerate())
-
-
 def test_waiting_receives_hold_no_thread_and_wake_on_a_commit(
         front: tuple[Any, AsgiClient], monkeypatch: pytest.MonkeyPatch) -> None:
     """40 receives wait at once on a front whose receive pool has 2 threads; without the
     re-check (pushed past the wait) only the commit's signal can wake them in time."""
     app, http = front
-    monkeypatch.setattr(asgi, "RECHECK_SECONDS", 60.0)
+    monkeypatch.setattr(longpoll, "RECHECK_SECONDS", 60.0)
     client = app.test_client()
     register(client)
     assert client.put("/v1/topics/t/subscriptions/s", json={}).status_code == 201
@@ -63,7 +60,9 @@ def test_waiting_receives_hold_no_thread_and_wake_on_a_commit(
     with ThreadPoolExecutor(waiters) as pool:
         polls = [pool.submit(long_poll, http, 30_000, 1) for _ in range(waiters)]
         wait_until(lambda: signal.waiting("t") == waiters, what="every receive waiting")
-        assert receive_threads() <= 2
+        assert len(http.app._receivers._threads) <= 2  # its pool's threads, at most
+        assert http.app.waits.waiting("t", "s") == waiters
+        assert http.app.waits.probes == 1  # one probe for the subscription, not one each
         # the other routes still answer while they wait
         assert client.get("/v1/topics/t/subscriptions/s").json["in_flight"] == 0
         commit(client, waiters)
@@ -71,7 +70,7 @@ def test_waiting_receives_hold_no_thread_and_wake_on_a_commit(
     assert got == list(range(waiters))  # each message to one receive, none twice
 
 
-def test_a_commit_of_another_process_is_seen_by_the_recheck(
+def test_a_commit_of_another_process_is_found_by_the_probe(
         front: tuple[Any, AsgiClient], database_url: str) -> None:
     app, http = front
     other = create_app(make_settings(database_url))  # its own signal: another process
@@ -85,6 +84,7 @@ def test_a_commit_of_another_process_is_seen_by_the_recheck(
             wait_until(lambda: signal.waiting("t") == 1, what="the receive waiting")
             commit(producer, 2)
             assert poll.result(timeout=60) == [0, 1]
+        wait_until(lambda: http.app.waits.probes == 0, what="the probe to end")
     finally:
         other.extensions["txmsg"].close()
 

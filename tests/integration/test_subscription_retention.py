@@ -5,15 +5,19 @@ metrics show from the first scrape that knows the subscription."""
 from __future__ import annotations
 
 import re
+from datetime import timedelta
 from typing import Any
 
 import pytest
+from sqlalchemy import Engine, update
 
 from app import metrics
 from app.config import Settings
+from app.domain.lifecycle import utcnow
+from app.domain.retention import Retention
+from app.storage.schema import message_log
 from tests.conftest import make_settings
 from tests.integration.helpers import finish, register, row_counts, send
-from tests.integration.test_retention import backdate, engine_of, retention
 
 HOUR = 3600
 
@@ -21,6 +25,20 @@ HOUR = 3600
 @pytest.fixture
 def settings(database_url: str) -> Settings:
     return make_settings(database_url, retention_seconds=HOUR, retention_batch_size=100)
+
+
+def engine_of(app: Any) -> Engine:
+    return app.extensions["txmsg"].engine
+
+
+def backdate(engine: Engine, hours: float) -> None:
+    """Make every committed log row ``hours`` old."""
+    with engine.begin() as conn:
+        conn.execute(update(message_log).values(committed_at=utcnow() - timedelta(hours=hours)))
+
+
+def retention(app: Any) -> Retention:
+    return Retention(engine_of(app), app.extensions["txmsg"].settings)
 
 
 def commit(client: Any, n: int) -> None:

@@ -1,0 +1,77 @@
+"""The waits of long-polling receives on the ASGI front.
+
+A waiting receive is a coroutine parked on its topic's signal (``app.domain.wakeups``),
+which this process's commits set. What the signal cannot see (commits of other
+processes, delayed messages coming due, leases running out, messages due for the
+dead-letter topic) a probe finds: one per subscription that has receives waiting, not one
+per receive, which asks the database every ``RECHECK_SECONDS`` whether anything is due
+(a read of two index probes) and sets the signal when it is. A thousand receives waiting
+on one subscription cost one small query a second.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from concurrent.futures import Executor
+from typing import Any
+
+from app.domain import subscriptions
+from app.domain.wakeups import RECHECK_SECONDS, TopicSignal
+from app.errors import ApiError
+
+log = logging.getLogger(__name__)
+Key = tuple[str, str]  # (topic, subscription)
+
+
+class Waits:
+    def __init__(self, engine: Any, signal: TopicSignal, pool: Executor) -> None:
+        self._engine = engine
+        self._signal = signal
+        self._pool = pool
+        self._waiting: dict[Key, int] = {}
+        self._probes: dict[Key, asyncio.Task[None]] = {}
+
+    async def wait(self, topic: str, name: str, seen: int, timeout: float) -> None:
+        """Until the topic's version moves past ``seen`` (a commit here, or the probe found
+        something due) or ``timeout``."""
+        key = (topic, name)
+        self._waiting[key] = self._waiting.get(key, 0) + 1
+        if key not in self._probes:
+            self._probes[key] = asyncio.get_running_loop().create_task(self._probe(key))
+        try:
+            await self._signal.wait_async(topic, seen, timeout)
+        finally:
+            self._waiting[key] -= 1
+            if not self._waiting[key]:
+                del self._waiting[key]
+                probe = self._probes.pop(key, None)
+                if probe is not None:
+                    probe.cancel()
+
+    def waiting(self, topic: str, name: str) -> int:
+        return self._waiting.get((topic, name), 0)
+
+    @property
+    def probes(self) -> int:
+        """Probes running: one per subscription with receives waiting."""
+        return len(self._probes)
+
+    async def _probe(self, key: Key) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            while self._waiting.get(key):
+                await asyncio.sleep(RECHECK_SECONDS)
+                if not self._waiting.get(key):
+                    break
+                try:
+                    due = await loop.run_in_executor(
+                        self._pool, subscriptions.anything_due, self._engine, *key)
+                except ApiError:  # the database is away: the waits run out as they are
+                    log.debug("probe of %s failed", key, exc_info=True)
+                    continue
+                if due:
+                    self._signal.notify((key[0],))
+        finally:
+            if self._probes.get(key) is asyncio.current_task():
+                del self._probes[key]
