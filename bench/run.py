@@ -187,7 +187,7 @@ def _phases(plan: Plan, admin: str, db: str, results: dict[str, Any]) -> None:
             return out
         return run
 
-    backlog = consume.Backlog(server) if server is not None else None
+    backlog = consume.Backlog(server, db) if server is not None else None
     throughput: dict[str, tuple[str, Callable[[], Any]]] = {
         "a_raw_single_insert": ("per_second", lambda: raw.single_inserts(db, n, secs, warm)),
         "b_txmsg_send_commit": ("per_second",
