@@ -213,14 +213,18 @@ def idle_long_polls(server: Server, polls: int, seconds: float,
             s.sendall(request)
             sockets.append(s)
         opened = time.perf_counter() - t0
-        time.sleep(1.0)  # the last requests reach their wait
+        # each receive looks at the database once before it waits: measure from when
+        # the service has gone quiet, or as late as the window still ends before the waits
+        settled = _quiet(server, t0 + wait_ms / 1000 - seconds - 3)
         with_polls = _window(server, seconds)
         answered = _answered(sockets)
     finally:
         for s in sockets:
             s.close()
     return {"polls": polls, "wait_ms": wait_ms, "window_seconds": seconds,
-            "opened_in_seconds": round(opened, 2), "answered_during_window": answered,
+            "opened_in_seconds": round(opened, 2),
+            "quiet_after_seconds": None if settled is None else round(settled - t0, 2),
+            "answered_during_window": answered,
             "without": without, "with": with_polls,
             "rss_delta_bytes": with_polls["rss_max"] - without["rss_max"],
             "rss_delta_per_poll_bytes": round((with_polls["rss_max"] - without["rss_max"])
@@ -234,17 +238,40 @@ def idle_long_polls(server: Server, polls: int, seconds: float,
 def _window(server: Server, seconds: float) -> dict[str, Any]:
     """The service's RSS (max of samples every 0.5 s) and the CPU seconds it and PostgreSQL
     spent over ``seconds``."""
-    pids = tree(server.pid)
-    pg = postgres_pids(server.database)
-    cpu0, pg0 = cpu_seconds(pids), cpu_seconds(pg)
+    service0 = _cpu_by_pid(tree(server.pid))
+    pg0 = _cpu_by_pid(postgres_pids(server.database))
     rss = []
     end = time.perf_counter() + seconds
     while (left := end - time.perf_counter()) > 0:
         rss.append(memory(server.pid)["rss"])
         time.sleep(min(0.5, left))
     return {"rss_max": max(rss), "rss_first": rss[0], "samples": len(rss),
-            "service_cpu_seconds": round(cpu_seconds(pids) - cpu0, 3),
-            "postgres_cpu_seconds": round(cpu_seconds(pg) - pg0, 3)}
+            "service_cpu_seconds": _spent(service0, tree(server.pid)),
+            "postgres_cpu_seconds": _spent(pg0, postgres_pids(server.database))}
+
+
+def _quiet(server: Server, deadline: float, interval: float = 0.5,
+           busy: float = 0.02) -> float | None:
+    """When the service spent less than ``busy`` CPU seconds in ``interval`` (None: not by
+    ``deadline``)."""
+    before = _cpu_by_pid(tree(server.pid))
+    while time.perf_counter() < deadline:
+        time.sleep(interval)
+        pids = tree(server.pid)
+        if _spent(before, pids) < busy:
+            return time.perf_counter()
+        before = _cpu_by_pid(pids)
+    return None
+
+
+def _cpu_by_pid(pids: list[int]) -> dict[int, float]:
+    return {p: cpu_seconds([p]) for p in pids}
+
+
+def _spent(before: dict[int, float], pids: list[int]) -> float:
+    """CPU seconds spent since ``before`` by these processes: all of it for those that
+    started since, none counted for those that ended (a backend that closed)."""
+    return round(sum(cpu_seconds([p]) - before.get(p, 0.0) for p in pids), 3)
 
 
 def _answered(sockets: list[socket.socket]) -> int:
