@@ -52,8 +52,7 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     env = {k: v for k, v in os.environ.items() if not k.startswith("TXMSG_")}
-    env.update(TXMSG_DATABASE_URL=f"sqlite:///{where / 'txmsg.db'}",
-               TXMSG_TRANSACTION_TIMEOUT_SECONDS="1", TXMSG_CHECK_INTERVAL_SECONDS="1")
+    env["TXMSG_DATABASE_URL"] = f"sqlite:///{where / 'txmsg.db'}"
     log = where / "serve.log"
     proc = subprocess.Popen([command, "serve", "--port", str(port)], env=env, cwd=where,
                             stdout=log.open("w"), stderr=subprocess.STDOUT,

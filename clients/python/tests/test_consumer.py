@@ -133,6 +133,7 @@ import os, signal, sys
 from txmsg_client import Consumer
 
 url, topic, how = sys.argv[1:]
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as if run from a terminal
 consumer = Consumer(url, topic, "billing")
 handled = []
 
@@ -175,3 +176,35 @@ def test_a_second_signal_interrupts_and_gives_the_batch_back(
     state = consumer.describe()
     assert (state["backlog"], state["in_flight"]) == (2, 0)  # released at once
     assert [m.body for m in consumer.receive()] == ["a", "b"]
+
+
+IGNORING = """
+import os, signal, sys
+from txmsg_client import Consumer
+
+signal.signal(signal.SIGINT, signal.SIG_IGN)  # as under nohup
+consumer = Consumer(sys.argv[1], sys.argv[2], "billing")
+handled = []
+
+def handle(m):
+    handled.append(m.body)
+    if len(handled) == 1:
+        os.kill(os.getpid(), signal.SIGINT)  # ignored: the loop goes on
+    if len(handled) == 2:
+        os.kill(os.getpid(), signal.SIGTERM)
+
+stats = consumer.run(handle, max_messages=1, wait_ms=1000)
+print(handled, stats.acked, signal.getsignal(signal.SIGINT) is signal.SIG_IGN)
+"""
+
+
+def test_an_ignored_signal_stays_ignored(service: Service, producer: Producer,
+                                         topic: str) -> None:
+    consumer = Consumer(service.url, topic, "billing")
+    consumer.subscribe()
+    publish(producer, topic, "a", "b", "c")
+    done = subprocess.run([sys.executable, "-c", IGNORING, service.url, topic],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "['a', 'b'] 2 True"
+    assert consumer.describe()["backlog"] == 1

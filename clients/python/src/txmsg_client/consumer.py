@@ -448,7 +448,8 @@ def _nothing() -> None:
 
 def _stop_on_signals(event: threading.Event) -> Callable[[], None]:
     """SIGTERM and SIGINT set ``event`` (once; then they act as before); a function
-    restoring the previous handlers. Only the main thread may set signal handlers."""
+    restoring the previous handlers. Only the main thread may set signal handlers; a
+    signal the process ignores (say SIGINT under nohup) stays ignored."""
     if threading.current_thread() is not threading.main_thread():
         return _nothing
     previous: dict[int, Any] = {}
@@ -463,5 +464,6 @@ def _stop_on_signals(event: threading.Event) -> Callable[[], None]:
         restore()
 
     for signum in (signal.SIGTERM, signal.SIGINT):
-        previous[signum] = signal.signal(signum, on_signal)
+        if signal.getsignal(signum) is not signal.SIG_IGN:
+            previous[signum] = signal.signal(signum, on_signal)
     return restore
