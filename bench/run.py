@@ -9,6 +9,11 @@ measures, with the same N client threads throughout:
       producers holding a produce:<group> token), and the overhead against them off
   (e) commit latency p50/p99, open loop at half the (b) peak, with the service's RSS
   (f) the checker's due scan with 1M resolved + 1k pending vs 1k pending alone
+  (g) receive + ack in batches of 100 by 4 consumer threads on one subscription, msgs/s,
+      in the rounds of (a)-(d), against (d)
+  (h) delivery latency p50/p99, from a commit's answer to a long-polling receive getting
+      the message, at half the (b) peak; and 500 idle long polls: the service's RSS and
+      CPU over 10 s with them and without
   plus the checker's RSS working a 100k backlog, and ``bench.ingest`` when present;
   and retention (``bench.retention``): (b) and (d) with the retention job deleting as
   fast as they write against the same runs without it, and 10M expired rows emptied
@@ -16,7 +21,8 @@ measures, with the same N client threads throughout:
 
 Results go to bench/out/results.json with the machine's description. ``--quick`` (or
 TXMSG_BENCH_QUICK=1) is a smoke run of a few seconds per phase; benchmarks measure, the
-test of the quick mode only checks that every figure is there.
+test of the quick mode only checks that every figure is there. ``--subscriptions-only``
+runs (b), (d), (g), (h) and the idle long polls alone.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ import argparse
 import importlib.util
 import json
 import os
+import re
 import sys
 import time
 import traceback
@@ -33,7 +40,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from bench import machine, raw, txmsg_load
+from bench import consume, machine, raw, txmsg_load
 from bench.pgdb import admin_url, bench_database, libpq_url
 from bench.procs import Sampler, summarise
 from bench.service import gunicorn, gunicorn_available, serve, serve_with_access_control
@@ -49,7 +56,8 @@ CLIENTS = 32
 GOALS = {"b_over_a": (">=", 0.25), "d_over_c": (">=", 0.3), "f_scan_ratio": ("<=", 1.5),
          "commit_p99_ms": ("<=", 25.0), "serve_rss_max_deviation": ("<=", 0.2),
          "access_control_overhead_b": ("<=", 0.05), "ingest_over_plain_spark": ("<=", 1.1),
-         "b_retention_on_over_off": (">=", 0.9), "d_retention_on_over_off": (">=", 0.9)}
+         "b_retention_on_over_off": (">=", 0.9), "d_retention_on_over_off": (">=", 0.9),
+         "g_over_d": (">=", 1.0), "delivery_p99_ms": ("<=", 50.0)}
 
 
 @dataclass(frozen=True)
@@ -71,15 +79,22 @@ class Plan:
     retention_rounds: int = 3
     retention_drain_rows: int = 10_000_000
     retention_drain_rate: float = 300.0  # pairs/s while the expired rows are emptied
+    consumers: int = 4             # (g) and (h)
+    consume_batch: int = 100       # (g)
+    latency_seconds: float = 60.0  # (h)
+    idle_polls: int = 500
+    idle_seconds: float = 10.0
     compare_gunicorn: bool = False
     retention_only: bool = False
+    subscriptions_only: bool = False
     quick: bool = False
 
 
 QUICK = Plan(seconds=1.5, warmup=0.5, rounds=1, paced_seconds=3.0, due_resolved=20_000,
              due_pending=1_000, due_repeats=10, checker_backlog=2_000,
              checker_reference_backlog=200, checker_seconds=3.0, ingest_rows=1_000, ingest_rounds=1,
-             retention_rounds=1, retention_drain_rows=20_000, quick=True)
+             retention_rounds=1, retention_drain_rows=20_000, latency_seconds=3.0,
+             idle_polls=50, idle_seconds=2.0, quick=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -121,6 +136,8 @@ def _parse(argv: list[str] | None) -> tuple[Plan, Path]:
                         "Flask, gunicorn gthread (needs `pip install gunicorn`)")
     p.add_argument("--retention-only", action="store_true",
                    help="only the retention phases (and the (b) run that paces them)")
+    p.add_argument("--subscriptions-only", action="store_true",
+                   help="only (b), (d), (g) in rounds, then (h) and the idle long polls")
     p.add_argument("--drain-rows", type=int,
                    help="expired rows to empty in the retention drain (default 10M)")
     p.add_argument("--out", type=Path, default=OUT)
@@ -130,7 +147,8 @@ def _parse(argv: list[str] | None) -> tuple[Plan, Path]:
                  "paced_seconds": args.paced_seconds, "checker_seconds": args.checker_seconds}
     overrides["retention_drain_rows"] = args.drain_rows
     plan = replace(plan, **{k: v for k, v in overrides.items() if v is not None},
-                   compare_gunicorn=args.gunicorn, retention_only=args.retention_only)
+                   compare_gunicorn=args.gunicorn, retention_only=args.retention_only,
+                   subscriptions_only=args.subscriptions_only)
     return plan, args.out
 
 
@@ -154,19 +172,34 @@ def _phases(plan: Plan, admin: str, db: str, results: dict[str, Any]) -> None:
     except Exception as exc:  # noqa: BLE001
         results["errors"]["serve"] = f"{type(exc).__name__}: {exc}"
         server = None
+    secured = None
     try:
-        secured = serve_with_access_control(db)
+        if not plan.subscriptions_only:
+            secured = serve_with_access_control(db)
     except Exception as exc:  # noqa: BLE001
         results["errors"]["serve_with_access_control"] = f"{type(exc).__name__}: {exc}"
-        secured = None
+    rates: dict[str, float] = {}  # the last round's (d) and (g): how much backlog (g) needs
+
+    def measured(key: str, fn: Callable[[], dict[str, Any]]) -> Callable[[], dict[str, Any]]:
+        def run() -> dict[str, Any]:
+            out = fn()
+            rates[key] = out["messages_per_second"]
+            return out
+        return run
+
+    backlog = consume.Backlog(server, db) if server is not None else None
     throughput: dict[str, tuple[str, Callable[[], Any]]] = {
         "a_raw_single_insert": ("per_second", lambda: raw.single_inserts(db, n, secs, warm)),
         "b_txmsg_send_commit": ("per_second",
                                 lambda: txmsg_load.pairs(server, n, secs, warm)),
         "c_raw_batch_insert": ("per_second", lambda: raw.batched_inserts(
             db, n, secs, warm, batch=plan.batch_rows)),
-        "d_txmsg_batch_send_commit": ("messages_per_second", lambda: txmsg_load.pairs(
-            server, n, secs, warm, messages=plan.batch_rows)),
+        "d_txmsg_batch_send_commit": ("messages_per_second", measured(
+            "d", lambda: txmsg_load.pairs(server, n, secs, warm, messages=plan.batch_rows))),
+        "g_receive_ack": ("messages_per_second", measured(
+            "g", lambda: consume.receive_ack(server, backlog, plan.consumers, secs, warm,
+                                             plan.consume_batch,
+                                             expected_rate=max(rates.values(), default=0)))),
         "b_access_control_on": ("per_second",
                                 lambda: txmsg_load.pairs(secured, n, secs, warm)),
         "d_access_control_on": ("messages_per_second", lambda: txmsg_load.pairs(
@@ -175,6 +208,8 @@ def _phases(plan: Plan, admin: str, db: str, results: dict[str, Any]) -> None:
     if server is None:
         throughput = {k: v for k, v in throughput.items()
                       if k.startswith(("a_", "c_")) or k.endswith("_on")}
+    if plan.subscriptions_only:
+        throughput = {k: v for k, v in throughput.items() if k.startswith(("b_t", "d_t", "g_"))}
     if secured is None:
         throughput = {k: v for k, v in throughput.items() if not k.endswith("_on")}
     if plan.retention_only:
@@ -182,11 +217,17 @@ def _phases(plan: Plan, admin: str, db: str, results: dict[str, Any]) -> None:
     try:
         _throughput_rounds(plan, throughput, phase, results)
         b = results.get("b_txmsg_send_commit")
-        if server is not None and b:
+        if server is not None and b and not plan.subscriptions_only:
             phase("e_commit_latency_half_peak",
                   lambda: _paced_with_memory(server, n, 0.5 * b["per_second"],
                                              plan.paced_seconds))
-        if server is not None:
+        if server is not None and b and not plan.retention_only:
+            phase("h_delivery_latency_half_peak", lambda: consume.delivery_latency(
+                server, n, plan.consumers, 0.5 * b["per_second"], plan.latency_seconds))
+        if server is not None and not plan.retention_only:
+            phase("idle_long_polls", lambda: consume.idle_long_polls(
+                server, plan.idle_polls, plan.idle_seconds))
+        if server is not None and not plan.subscriptions_only:
             from bench import retention
 
             phase("retention_throughput", lambda: retention.throughput(
@@ -198,7 +239,7 @@ def _phases(plan: Plan, admin: str, db: str, results: dict[str, Any]) -> None:
         for running in (server, secured):
             if running is not None:
                 running.stop()
-    if plan.retention_only:
+    if plan.retention_only or plan.subscriptions_only:
         return
     if plan.compare_gunicorn:
         phase("servers_compared", lambda: _compare_servers(db, n, secs, warm))
@@ -326,6 +367,13 @@ def _ratios(r: dict[str, Any]) -> dict[str, Any]:
         "d_retention_on_over_off": _get(r, "retention_throughput", "d_on_over_off"),
         "retention_drain_seconds": _get(r, "retention_drain", "emptied_seconds"),
         "retention_drain_commit_max_ms": _get(r, "retention_drain", "commit_ms_max"),
+        "g_over_d": _ratio(_get(r, "g_receive_ack", "messages_per_second"),
+                           _get(r, "d_txmsg_batch_send_commit", "messages_per_second")),
+        "delivery_p50_ms": _get(r, "h_delivery_latency_half_peak", "delivery_ms", "p50"),
+        "delivery_p99_ms": _get(r, "h_delivery_latency_half_peak", "delivery_ms", "p99"),
+        "idle_polls_service_rss_delta_bytes": _get(r, "idle_long_polls", "rss_delta_bytes"),
+        "idle_polls_service_cpu_seconds_delta": _get(r, "idle_long_polls",
+                                                     "service_cpu_seconds_delta"),
     }
 
 
@@ -352,7 +400,8 @@ def _brief(result: Any) -> str:
         return str(result)[:200]
     keys = ("per_second", "messages_per_second", "achieved_rate", "commit_ms", "ratio",
             "peak_rss_ratio", "pending", "b_on_over_off", "d_on_over_off", "emptied_seconds",
-            "commit_ms_worst_chunk_p99", "commit_ms_max")
+            "commit_ms_worst_chunk_p99", "commit_ms_max", "ran_dry", "delivery_ms",
+            "rss_delta_bytes", "service_cpu_seconds_delta", "postgres_cpu_seconds_delta")
     return ", ".join(f"{k}={result[k]}" for k in keys if k in result)[:300]
 
 
@@ -383,6 +432,19 @@ def _summary(r: dict[str, Any], out_path: Path) -> None:
         ("retention: expired rows emptied in s (commit max ms)",
          (f"{_get(r, 'retention_drain', 'emptied_seconds')} "
           f"({_get(r, 'retention_drain', 'commit_ms_max')})")),
+        ("(g) receive+ack msgs/s, 4 consumers (g/d)",
+         (f"{_get(r, 'g_receive_ack', 'messages_per_second')} "
+          f"({_get(r, 'ratios', 'g_over_d')})")),
+        ("(h) delivery p50 / p99 ms at half (b) peak",
+         (f"{_get(r, 'h_delivery_latency_half_peak', 'delivery_ms', 'p50')} / "
+          f"{_get(r, 'h_delivery_latency_half_peak', 'delivery_ms', 'p99')}")),
+        (f"{_get(r, 'idle_long_polls', 'polls')} idle long polls: service CPU s without / with",
+         (f"{_get(r, 'idle_long_polls', 'without', 'service_cpu_seconds')} / "
+          f"{_get(r, 'idle_long_polls', 'with', 'service_cpu_seconds')} in "
+          f"{_get(r, 'idle_long_polls', 'window_seconds')} s")),
+        ("idle long polls: service RSS MiB without / with",
+         (f"{_mib(_get(r, 'idle_long_polls', 'without', 'rss_max'))} / "
+          f"{_mib(_get(r, 'idle_long_polls', 'with', 'rss_max'))}")),
         ("(f) due scan ms, pending only / with resolved",
          (f"{_get(r, 'f_due_scan', 'pending_only', 'median_ms')} / "
          f"{_get(r, 'f_due_scan', 'with_resolved', 'median_ms')}")),
@@ -393,16 +455,25 @@ def _summary(r: dict[str, Any], out_path: Path) -> None:
          (f"{_get(r, 'ingest', 'ingest_over_plain_spark')} / "
           f"{_get(r, 'ingest', 'ingest_over_copy')}")),
     ]
+    partial = r["plan"]["subscriptions_only"] or r["plan"]["retention_only"]
     for label, value in rows:
+        if partial and not re.search(r"\d", str(value)):
+            continue  # a phase this run leaves out
         print(f"  {label:46s} {value}")
     for name, result in (r.get("servers_compared") or {}).items():
         print(f"  {'(b) on ' + name:46s} {result.get('per_second')}")
     for name, g in r["goals"].items():
+        if partial and g["met"] is None:
+            continue
         mark = {True: "met", False: "MISSED", None: "n/a"}[g["met"]]
         print(f"  {name:46s} {g['value']} (goal {g['goal']}): {mark}")
     for name, err in r["errors"].items():
         print(f"  ERROR in {name}: {err}")
     print(f"  results: {out_path}")
+
+
+def _mib(value: Any) -> float | None:
+    return round(value / 2**20, 1) if isinstance(value, int | float) else None
 
 
 def _log(msg: str) -> None:

@@ -73,15 +73,25 @@ def test_quick_bench_reports_every_figure(pg_database: str, tmp_path: Path) -> N
     assert f["pending_only"]["query"]
     positive("f_due_scan", "ratio")
     assert "ix_txn_due" in f["plan"]
+    g = r["g_receive_ack"]
+    assert g["errors"] == 0 and g["messages_per_second"] > 0 and g["batch"] == 100
+    h = r["h_delivery_latency_half_peak"]
+    assert h["errors"] == 0 and h["delivered"] == h["committed"] > 0
+    assert h["delivery_ms"]["p50"] <= h["delivery_ms"]["p99"]
+    idle = r["idle_long_polls"]
+    assert idle["answered_during_window"] == 0  # they were still waiting
+    assert idle["with"]["rss_max"] > 0 and idle["without"]["rss_max"] > 0
     c = r["checker_memory"]
     assert c["large"]["checks_delivered"] > 0 and c["large"]["rss_peak"] > 0
     assert c["reference"]["rss_peak"] > 0
     for name in ("b_over_a", "d_over_c", "f_scan_ratio", "commit_p50_ms", "commit_p99_ms",
                  "serve_rss_max_deviation", "checker_peak_rss_large_over_reference",
-                 "access_control_overhead_b", "access_control_overhead_d"):
+                 "access_control_overhead_b", "access_control_overhead_d", "g_over_d",
+                 "delivery_p50_ms", "delivery_p99_ms", "idle_polls_service_rss_delta_bytes",
+                 "idle_polls_service_cpu_seconds_delta"):
         assert r["ratios"][name] is not None, name
     assert set(r["goals"]) >= {"b_over_a", "d_over_c", "f_scan_ratio", "commit_p99_ms",
-                               "access_control_overhead_b"}
+                               "access_control_overhead_b", "g_over_d", "delivery_p99_ms"}
     # the benchmark's own databases are gone
     admin = create_engine(PG_ADMIN_URL)
     with admin.connect() as conn:

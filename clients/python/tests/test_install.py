@@ -21,7 +21,7 @@ SERVER_SIDE = ["app", "checker", "spark_outbox", "flask", "sqlalchemy", "pyspark
 PROBE = """
 import importlib.util, json, sys
 import txmsg_client
-from txmsg_client import Producer, Resolution, TxmsgError, message
+from txmsg_client import Consumer, Producer, Resolution, TxmsgError, message
 try:
     from txmsg_client.callback import CheckerServer
     callback = "ok"

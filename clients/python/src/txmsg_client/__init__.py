@@ -1,4 +1,4 @@
-"""Producer SDK for txmsg: send half messages, commit or roll back, and answer checks.
+"""Python SDK for txmsg: send half messages, commit or roll back, answer checks, consume.
 
 RocketMQ's transactional producer, over HTTP::
 
@@ -11,17 +11,25 @@ RocketMQ's transactional producer, over HTTP::
 UNKNOWN (or an exception, which is raised again) leaves the transaction to the check,
 where the service asks the group's callback, served by ``txmsg_client.callback``
 (``checker_app(checker)``, ``CheckerServer``; the ``[callback]`` extra, werkzeug).
+``Consumer`` receives from a subscription: ``receive``, ``ack``, ``nack``, ``renew``,
+``seek``, and ``run(handler)``, which with a ``producer`` publishes the handler's output
+and acknowledges its input in one transaction.
 This package depends on ``requests`` only, never on the service's code.
 """
 
+from txmsg_client.consumer import BatchResult, Consumer, ReceivedMessage, RunStats
 from txmsg_client.errors import TxmsgError
 from txmsg_client.producer import Message, Producer, TransactionResult, message
 from txmsg_client.resolution import Resolution, TransactionChecker
 
 __all__ = [
+    "BatchResult",
+    "Consumer",
     "Message",
     "Producer",
+    "ReceivedMessage",
     "Resolution",
+    "RunStats",
     "TransactionChecker",
     "TransactionResult",
     "TxmsgError",

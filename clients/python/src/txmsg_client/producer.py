@@ -6,12 +6,14 @@ import base64
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Self
 from urllib.parse import quote
 
 import requests
 
-from txmsg_client.errors import TxmsgError, error_from
+from txmsg_client._http import auth_headers, call
+from txmsg_client.errors import TxmsgError
 from txmsg_client.resolution import Resolution
 
 log = logging.getLogger(__name__)
@@ -31,8 +33,13 @@ class TransactionResult:
 
 
 def message(topic: str, body: str | bytes, *, keys: Iterable[str] = (), tag: str | None = None,
-            properties: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """One message for ``send``: text bodies as ``body``, bytes as ``body_base64``."""
+            properties: Mapping[str, str] | None = None, deliver_after_ms: int | None = None,
+            deliver_at: datetime | str | None = None) -> dict[str, Any]:
+    """One message for ``send``: text bodies as ``body``, bytes as ``body_base64``.
+
+    ``deliver_after_ms`` (counted from the commit) or ``deliver_at``: subscriptions do not
+    deliver it before then (offset reads show it at once).
+    """
     out: dict[str, Any] = {"topic": topic}
     if isinstance(body, bytes | bytearray | memoryview):
         out["body_base64"] = base64.b64encode(bytes(body)).decode()
@@ -44,6 +51,11 @@ def message(topic: str, body: str | bytes, *, keys: Iterable[str] = (), tag: str
         out["tag"] = tag
     if properties:
         out["properties"] = dict(properties)
+    if deliver_after_ms is not None:
+        out["deliver_after_ms"] = deliver_after_ms
+    if deliver_at is not None:
+        out["deliver_at"] = deliver_at if isinstance(deliver_at, str) else \
+            deliver_at.isoformat().replace("+00:00", "Z")
     return out
 
 
@@ -57,7 +69,7 @@ class Producer:
         self.group = group
         self.timeout = timeout
         self._session = session or requests.Session()
-        self._headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._headers = auth_headers(token)
         self._group_path = f"/v1/producer-groups/{quote(group, safe='')}"
 
     def register(self, check_urls: Sequence[str], check_timeout_ms: int = 3000) -> dict[str, Any]:
@@ -80,10 +92,14 @@ class Producer:
 
     def send(self, messages: Message | Sequence[Message], *, transaction_id: str | None = None,
              check_url: str | None = None,
-             check_immunity_seconds: int | None = None) -> dict[str, Any]:
+             check_immunity_seconds: int | None = None,
+             acks: Sequence[Mapping[str, Any]] | None = None) -> dict[str, Any]:
         """Store half messages (one message or several, one transaction): PREPARED.
 
         Sending the same ``transaction_id`` again with the same messages is a safe retry.
+        ``acks`` (``[{"topic", "subscription", "offsets"}]``): messages received from
+        subscriptions that the transaction's commit acknowledges, and its rollback
+        releases (``Consumer.run`` with a producer builds them).
         """
         batch = [messages] if isinstance(messages, Mapping) else list(messages)
         body: dict[str, Any] = {"messages": [dict(m) for m in batch]}
@@ -93,6 +109,8 @@ class Producer:
             body["check_url"] = check_url
         if check_immunity_seconds is not None:
             body["check_immunity_seconds"] = check_immunity_seconds
+        if acks:
+            body["acks"] = [dict(a) for a in acks]
         return self._call("POST", f"{self._group_path}/transactions", body)
 
     def commit(self, transaction_id: str) -> dict[str, Any]:
@@ -164,8 +182,5 @@ class Producer:
         return f"{path}/{action}" if action else path
 
     def _call(self, method: str, path: str, body: Any = None) -> dict[str, Any]:
-        response = self._session.request(method, self.base_url + path, json=body,
-                                         headers=self._headers, timeout=self.timeout)
-        if response.status_code >= 400:
-            raise error_from(response)
-        return response.json() if response.content else {}
+        return call(self._session, method, self.base_url + path, self._headers, self.timeout,
+                    body)
