@@ -28,6 +28,8 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, MapType, StringType
 
 from app.config import Settings
+from app.storage.db import make_engine
+from app.storage.topics import watermarks
 from spark_outbox.dataset import OutputDir
 from spark_outbox.errors import EXIT_CANNOT_RUN, EXIT_FAILED, IngestError, java_reason
 from spark_outbox.footers import column_range
@@ -46,7 +48,6 @@ from spark_outbox.schema import PARTITION_COLUMNS, RAW_SCHEMA
 from spark_outbox.session import build_session, check_java, under_spark_submit
 from spark_outbox.source import (
     SQLITE,
-    WATERMARKS_TABLE,
     JdbcSource,
     checked_source,
     range_predicate,
@@ -104,7 +105,9 @@ def main(settings: Settings, output_dir: str, topics: str | None) -> int:
     except IngestError as exc:
         return _fail(exc)
     except Exception as exc:  # noqa: BLE001 - a Spark or JDBC failure: one line, not a trace
-        return _fail(IngestError(f"run failed: {java_reason(exc)}", EXIT_FAILED))
+        reason = java_reason(exc)
+        return _fail(IngestError(f"run failed: {reason}{_classpath_hint(source, reason)}",
+                                 EXIT_FAILED))
     finally:
         spark.stop()
     print_report(report)
@@ -141,10 +144,10 @@ def ingest(spark: SparkSession, source: JdbcSource, output_dir: str | Path,
         if recovered:
             _say("  removed the unfinished ranges of an interrupted run: "
                  + ", ".join(f"{r.topic} [{r.start}, {r.end})" for r in recovered))
-        watermarks, first_offsets = read_watermarks(spark, source)
-        selected = select_topics(list(watermarks), requested)
-        gaps = find_gaps(output.checkpoint(), first_offsets, watermarks, selected)
-        ranges = plan_ranges(watermarks, past_gaps(output.checkpoint(), gaps), selected)
+        next_offsets, first_offsets = read_watermarks(source)
+        selected = select_topics(list(next_offsets), requested)
+        gaps = find_gaps(output.checkpoint(), first_offsets, next_offsets, selected)
+        ranges = plan_ranges(next_offsets, past_gaps(output.checkpoint(), gaps), selected)
         report = RunReport(source.display, output.root, selected, ranges, recovered=recovered,
                            gaps=gaps)
         report.stages["plan"] = time.monotonic() - started
@@ -174,24 +177,35 @@ def ingest(spark: SparkSession, source: JdbcSource, output_dir: str | Path,
     return report
 
 
-def read_watermarks(spark: SparkSession,
-                    source: JdbcSource) -> tuple[dict[str, int], dict[str, int]]:
+def read_watermarks(source: JdbcSource) -> tuple[dict[str, int], dict[str, int]]:
     """Each topic's next offset and its first retained offset (``spark_outbox.gaps``),
-    read once at the start of the run."""
+    read once at the start of the run, by the driver: one query, not a Spark job."""
     try:
-        rows = (spark.read.format("jdbc").options(**source.options())
-                .option("dbtable", WATERMARKS_TABLE).load().collect())
+        engine = make_engine(source.settings, pool=False)
+        try:
+            with engine.connect() as conn:
+                rows = watermarks(conn)
+        finally:
+            engine.dispose()
     except Exception as exc:  # noqa: BLE001 - unreachable, unknown database, not migrated...
-        reason = java_reason(exc)
-        hint = ""
-        if "ClassNotFoundException" in reason:
-            hint = f" (put {source.jar} on the classpath: spark-submit --jars {source.jar})"
-        elif "topic_watermarks" in reason:
-            hint = " (is the schema migrated? `txmsg migrate`)"
+        reason = _db_reason(exc)
+        hint = " (is the schema migrated? `txmsg migrate`)" if "topic_watermarks" in reason else ""
         raise IngestError(f"cannot read the database {source.display}: {reason}{hint}",
                           EXIT_FAILED) from None
-    return ({r["topic"]: int(r["next_offset"]) for r in rows},
-            {r["topic"]: int(r["first_offset"]) for r in rows})
+    return ({r.topic: int(r.next_offset) for r in rows},
+            {r.topic: int(r.first_offset) for r in rows})
+
+
+def _db_reason(exc: Exception) -> str:
+    # the driver's own words (SQLAlchemy's wrapper adds the statement and a link), one line
+    reason = str(getattr(exc, "orig", None) or exc)
+    return " ".join(reason.split()) or type(exc).__name__
+
+
+def _classpath_hint(source: JdbcSource, reason: str) -> str:
+    if "ClassNotFoundException" not in reason:
+        return ""
+    return f" (put {source.jar} on the classpath: spark-submit --jars {source.jar})"
 
 
 def extract(spark: SparkSession, source: JdbcSource, ranges: Sequence[TopicRange], *,
