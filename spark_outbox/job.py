@@ -156,9 +156,9 @@ def ingest(spark: SparkSession, source: JdbcSource, output_dir: str | Path,
             _say(f"  reading {total} rows of {len(ranges)} topic(s)")
             output.begin(ranges)
             step = time.monotonic()
-            with Progress(spark, total, _say, progress_seconds):
-                raw = extract(spark, source, ranges, rows_per_partition=rows_per_partition)
-                load(transform(raw), str(output.staging))
+            pieces = read_pieces(spark, ranges, rows_per_partition)
+            with Progress(spark, total, _say, progress_seconds, pieces):
+                load(transform(extract(spark, source, pieces)), str(output.staging))
             report.stages["read and write"] = time.monotonic() - step
             step = time.monotonic()
             report.rows = staged_rows(spark, output, ranges)
@@ -208,13 +208,19 @@ def _classpath_hint(source: JdbcSource, reason: str) -> str:
     return f" (put {source.jar} on the classpath: spark-submit --jars {source.jar})"
 
 
-def extract(spark: SparkSession, source: JdbcSource, ranges: Sequence[TopicRange], *,
-            rows_per_partition: int = ROWS_PER_PARTITION) -> DataFrame:
-    """The committed messages in ``ranges``, as RAW_SCHEMA: one JDBC source for every topic,
-    read in parallel pieces of nearly equal size (each an exact set of offsets)."""
+def read_pieces(spark: SparkSession, ranges: Sequence[TopicRange],
+                rows_per_partition: int = ROWS_PER_PARTITION) -> list[list[TopicRange]]:
+    """``ranges`` cut into the pieces read in parallel, of nearly equal size."""
     parts = partitions_for(sum(r.rows for r in ranges), rows_per_partition,
                            spark.sparkContext.defaultParallelism)
-    predicates = [range_predicate(piece) for piece in split_ranges(ranges, parts)]
+    return split_ranges(ranges, parts)
+
+
+def extract(spark: SparkSession, source: JdbcSource,
+            pieces: Sequence[Sequence[TopicRange]]) -> DataFrame:
+    """The committed messages in ``pieces``, as RAW_SCHEMA: one JDBC source for every topic,
+    one read (partition) per piece, each an exact set of offsets."""
+    predicates = [range_predicate(piece) for piece in pieces]
     df = (spark.read.options(**source.options())
           .option("customSchema", source.custom_schema)
           .jdbc(source.url, source.committed_table, predicates=predicates))
