@@ -11,8 +11,10 @@ load drifts), each a process of its own as a user runs it:
 - ``COPY (SELECT * FROM committed_messages) TO STDOUT`` into this process.
 
 Wall time (Spark's start included), peak RSS of the process tree (Python and the JVM),
-output size; finally an incremental run: ``--incremental`` new rows committed, then
-``txmsg ingest`` again on the last round's output::
+output size. Finally incremental runs, in ``--incremental-rounds`` rounds: ``--incremental``
+new rows committed, ``txmsg ingest`` again on the last round's output, and next to it the
+floor such a run is measured against, a fresh process that starts Spark (same settings as
+the plain job), counts ``spark.range(1)`` and stops::
 
     python -m bench.ingest [--rows 1000000] [--rounds 3] [--database-url postgresql://...]
 """
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import shutil
 import statistics
@@ -165,6 +168,14 @@ def plain_once(url: str, out: Path, upper_bound: int, **env: str) -> dict[str, A
             "job_seconds": timings["job_seconds"], "output_bytes": _size(out)}
 
 
+def trivial_once(url: str, **env: str) -> dict[str, Any]:
+    """A fresh process: Spark's start, ``spark.range(1).count()``, stop."""
+    done = _timed([sys.executable, "-m", "bench.plain_spark", "--database-url", url,
+                   "--trivial"], clean_env(**env), "Spark start+stop")
+    timings = json.loads(done.pop("output").strip().splitlines()[-1])
+    return {**done, "spark_startup_seconds": timings["startup_seconds"]}
+
+
 def _size(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*.parquet"))
 
@@ -174,12 +185,14 @@ def _median(runs: list[dict[str, Any]], key: str) -> float:
 
 
 def run(database_url: str | None = None, rows: int = 1_000_000, rounds: int = 3,
-        incremental: int = 1_000, quick: bool = False) -> dict[str, Any]:
+        incremental: int = 1_000, quick: bool = False,
+        incremental_rounds: int = 2) -> dict[str, Any]:
     """Generate ``rows`` committed messages on the PostgreSQL server of ``database_url``
     (an admin URL; default TXMSG_BENCH_PG_URL or the local server), then time, in
-    ``rounds`` interleaved rounds, `txmsg ingest`, the plain Spark job and COPY; then an
-    incremental run of ``incremental`` new rows (none if 0). ``quick``: both Spark
-    processes on a fast-starting JVM, for smoke runs. The figures, as a dict."""
+    ``rounds`` interleaved rounds, `txmsg ingest`, the plain Spark job and COPY; then
+    ``incremental_rounds`` incremental runs of ``incremental`` new rows each (none if 0),
+    each next to a trivial Spark start+stop. ``quick``: the Spark processes on a
+    fast-starting JVM, for smoke runs. The figures, as a dict."""
     jvm = QUICK_JVM if quick else {}
     if rows % PER_TXN or rows < 1:
         raise ValueError(f"rows must be a positive multiple of {PER_TXN}")
@@ -199,15 +212,19 @@ def run(database_url: str | None = None, rows: int = 1_000_000, rounds: int = 3,
                 ingests.append(ingest_once(url, work / f"lake-{k}", **jvm))
                 plains.append(plain_once(url, work / f"plain-{k}", upper, **jvm))
                 copies.append(copy_out(url))
-            again = None
-            if incremental:
-                generate(url, incremental, first=rows)
-                again = ingest_once(url, work / f"lake-{rounds - 1}", **jvm)
+            agains: list[dict[str, Any]] = []
+            trivials: list[dict[str, Any]] = []
+            loads: list[float] = []
+            for k in range(incremental_rounds if incremental else 0):
+                generate(url, incremental, first=rows + k * incremental)
+                loads.append(os.getloadavg()[0])
+                agains.append(ingest_once(url, work / f"lake-{rounds - 1}", **jvm))
+                trivials.append(trivial_once(url, **jvm))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     for name, got in [("txmsg ingest", [r["rows"] for r in ingests]),
                       ("COPY", [c["rows"] for c in copies]),
-                      ("incremental", [again["rows"]] if again else [])]:
+                      ("incremental", [r["rows"] for r in agains])]:
         want = incremental if name == "incremental" else rows
         if any(n != want for n in got):
             raise RuntimeError(f"{name} gave {got} rows, expected {want}")
@@ -236,10 +253,7 @@ def run(database_url: str | None = None, rows: int = 1_000_000, rounds: int = 3,
         "rounds_seconds": {"ingest": [round(r["seconds"], 1) for r in ingests],
                            "plain_spark": [round(r["seconds"], 1) for r in plains],
                            "copy": [round(c["seconds"], 1) for c in copies]},
-        "incremental": {"rows": incremental, "seconds": round(again["seconds"], 2),
-                        "spark_startup_seconds": round(again["spark_startup_seconds"], 2),
-                        "run_seconds": round(again["run_seconds"], 2),
-                        "stages": again["stages"]} if again else None,
+        "incremental": _incremental(incremental, agains, trivials, loads) if agains else None,
     }
     print(f"{rows:,} rows, medians of {rounds} interleaved rounds, wall time with Spark's "
           f"start:\n"
@@ -253,10 +267,36 @@ def run(database_url: str | None = None, rows: int = 1_000_000, rounds: int = 3,
           f"  ingest / plain Spark job = {result['ingest_over_plain_spark']:.2f}x "
           f"(median of the rounds' ratios), "
           f"ingest / COPY = {ingest_s / copy_s:.2f}x", flush=True)
-    if again:
-        print(f"  incremental: {incremental:,} new rows in {again['seconds']:.1f} s "
-              f"(Spark's start {again['spark_startup_seconds']:.1f} s of it)", flush=True)
+    if agains:
+        inc = result["incremental"]
+        print(f"  incremental: {incremental:,} new rows, median of {len(agains)} rounds "
+              f"(1-min load average {', '.join(f'{x:.1f}' for x in loads)}):\n"
+              f"    txmsg ingest           {inc['seconds']:7.1f} s  "
+              f"(Spark's start {inc['spark_startup_seconds']:.1f} s, the run "
+              f"{inc['run_seconds']:.1f} s)\n"
+              f"    Spark start+stop       {inc['spark_floor_seconds']:7.1f} s  "
+              f"(spark.range(1).count() in a fresh process)\n"
+              f"    incremental / Spark start+stop = {inc['over_spark_floor']:.2f}x "
+              f"(median of the rounds' ratios)", flush=True)
     return result
+
+
+def _incremental(rows: int, agains: list[dict[str, Any]], trivials: list[dict[str, Any]],
+                 loads: list[float]) -> dict[str, Any]:
+    return {
+        "rows": rows, "rounds": len(agains),
+        "seconds": round(_median(agains, "seconds"), 2),
+        "spark_startup_seconds": round(_median(agains, "spark_startup_seconds"), 2),
+        "run_seconds": round(_median(agains, "run_seconds"), 2),
+        "stages": {k: round(statistics.median(r["stages"].get(k, 0.0) for r in agains), 2)
+                   for k in agains[0]["stages"]},
+        "spark_floor_seconds": round(_median(trivials, "seconds"), 2),
+        "over_spark_floor": round(statistics.median(
+            a["seconds"] / t["seconds"] for a, t in zip(agains, trivials, strict=True)), 3),
+        "rounds_seconds": {"ingest": [round(r["seconds"], 1) for r in agains],
+                           "spark_floor": [round(r["seconds"], 1) for r in trivials]},
+        "load_average_1min": [round(x, 2) for x in loads],
+    }
 
 
 def _main() -> None:
@@ -264,12 +304,14 @@ def _main() -> None:
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--incremental", type=int, default=1_000,
-                        help="new rows for the incremental run at the end")
+                        help="new rows for each incremental run at the end")
+    parser.add_argument("--incremental-rounds", type=int, default=2,
+                        help="incremental runs, each next to a trivial Spark start+stop")
     parser.add_argument("--database-url", default=None,
                         help="PostgreSQL admin URL (default: TXMSG_BENCH_PG_URL or local)")
     args = parser.parse_args()
-    print(json.dumps(run(args.database_url, args.rows, args.rounds, args.incremental),
-                     indent=1))
+    print(json.dumps(run(args.database_url, args.rows, args.rounds, args.incremental,
+                         incremental_rounds=args.incremental_rounds), indent=1))
 
 
 if __name__ == "__main__":

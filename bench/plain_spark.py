@@ -6,6 +6,9 @@ into ``--partitions`` strides, ``fetchsize`` 10000, written with
 JSON text), no verification, Spark's default settings. Prints its timings as JSON::
 
     python -m bench.plain_spark --database-url URL --output DIR --upper-bound N
+
+``--trivial``: only Spark's start, ``spark.range(1).count()`` and stop, as the floor an
+incremental run is compared with.
 """
 
 from __future__ import annotations
@@ -23,11 +26,15 @@ from spark_outbox.source import jdbc_source
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--database-url", required=True, help="SQLAlchemy URL of PostgreSQL")
-    parser.add_argument("--output", required=True)
-    parser.add_argument("--upper-bound", type=int, required=True,
+    parser.add_argument("--output", default=None)
+    parser.add_argument("--upper-bound", type=int, default=0,
                         help="the largest topic's next offset")
+    parser.add_argument("--trivial", action="store_true",
+                        help="start Spark, count spark.range(1), stop: nothing read")
     parser.add_argument("--partitions", type=int, default=4)
     args = parser.parse_args()
+    if not args.trivial and (args.output is None or args.upper_bound < 1):
+        parser.error("--output and --upper-bound are needed to copy the rows")
     logging.getLogger("py4j").setLevel(logging.WARNING)
     source = jdbc_source(Settings(database_url=args.database_url))
     started = time.perf_counter()
@@ -43,13 +50,16 @@ def main() -> None:
              .getOrCreate())
     startup = time.perf_counter() - started
     try:
-        (spark.read.format("jdbc").options(**source.options())
-         .option("dbtable", "committed_messages")
-         .option("partitionColumn", "queue_offset").option("lowerBound", "0")
-         .option("upperBound", str(args.upper_bound))
-         .option("numPartitions", str(args.partitions))
-         .load()
-         .write.mode("overwrite").partitionBy("topic").parquet(args.output))
+        if args.trivial:
+            spark.range(1).count()
+        else:
+            (spark.read.format("jdbc").options(**source.options())
+             .option("dbtable", "committed_messages")
+             .option("partitionColumn", "queue_offset").option("lowerBound", "0")
+             .option("upperBound", str(args.upper_bound))
+             .option("numPartitions", str(args.partitions))
+             .load()
+             .write.mode("overwrite").partitionBy("topic").parquet(args.output))
     finally:
         spark.stop()
     print(json.dumps({"startup_seconds": startup,
