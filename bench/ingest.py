@@ -151,7 +151,7 @@ def ingest_once(url: str, out: Path, **env: str) -> dict[str, Any]:
     stages = re.search(r"^  time: (.*)$", text, re.MULTILINE)
     if not total or not started:
         raise RuntimeError(f"unexpected txmsg ingest output: {text[-500:]}")
-    steps = re.findall(r"([a-z ]+) ([\d.]+) s", stages.group(1)) if stages else []
+    steps = re.findall(r"([A-Za-z ]+) ([\d.]+) s", stages.group(1)) if stages else []
     return {**done, "rows": int(total.group(1).replace(",", "")),
             "run_seconds": float(total.group(2)),
             "spark_startup_seconds": float(started.group(1)),
