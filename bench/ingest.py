@@ -14,7 +14,8 @@ Wall time (Spark's start included), peak RSS of the process tree (Python and the
 output size. Finally incremental runs, in ``--incremental-rounds`` rounds: ``--incremental``
 new rows committed, ``txmsg ingest`` again on the last round's output, and next to it the
 floor such a run is measured against, a fresh process that starts Spark (same settings as
-the plain job), counts ``spark.range(1)`` and stops::
+the plain job), counts ``spark.range(1)`` and stops, once with Spark's default JVM and once
+with the JVM options `txmsg ingest` gives a short run::
 
     python -m bench.ingest [--rows 1000000] [--rounds 3] [--database-url postgresql://...]
 """
@@ -38,6 +39,8 @@ import psycopg
 
 from bench.pgdb import bench_database, clean_env, libpq_url, txmsg_command
 from bench.procs import Sampler
+from spark_outbox.dataset import OutputDir
+from spark_outbox.plan import TopicRange
 
 TOPICS = 4  # message g goes to topic (g-1) % TOPICS, at offset (g-1) // TOPICS: dense
 PER_TXN = 4  # messages per transaction
@@ -168,10 +171,20 @@ def plain_once(url: str, out: Path, upper_bound: int, **env: str) -> dict[str, A
             "job_seconds": timings["job_seconds"], "output_bytes": _size(out)}
 
 
-def trivial_once(url: str, **env: str) -> dict[str, Any]:
-    """A fresh process: Spark's start, ``spark.range(1).count()``, stop."""
+def seed_checkpoint(url: str, lake: Path) -> None:
+    """A checkpoint at every topic's watermark, as a full ingest would leave it (for
+    incremental runs on a large database without ingesting it all first)."""
+    with psycopg.connect(libpq_url(url)) as conn:
+        marks = conn.execute("SELECT topic, next_offset FROM topic_watermarks").fetchall()
+    OutputDir(lake).commit([TopicRange(topic, 0, int(end)) for topic, end in marks])
+
+
+def trivial_once(url: str, short_jvm: bool = False, **env: str) -> dict[str, Any]:
+    """A fresh process: Spark's start, ``spark.range(1).count()``, stop (``short_jvm``:
+    with the JVM options of a short `txmsg ingest` run)."""
     done = _timed([sys.executable, "-m", "bench.plain_spark", "--database-url", url,
-                   "--trivial"], clean_env(**env), "Spark start+stop")
+                   "--trivial", *(["--short-jvm"] if short_jvm else [])], clean_env(**env),
+                  "Spark start+stop" + (", short-run JVM" if short_jvm else ""))
     timings = json.loads(done.pop("output").strip().splitlines()[-1])
     return {**done, "spark_startup_seconds": timings["startup_seconds"]}
 
@@ -214,14 +227,27 @@ def run(database_url: str | None = None, rows: int = 1_000_000, rounds: int = 3,
                 copies.append(copy_out(url))
             agains: list[dict[str, Any]] = []
             trivials: list[dict[str, Any]] = []
+            shorts: list[dict[str, Any]] = []
             loads: list[float] = []
+            lake = work / f"lake-{max(rounds - 1, 0)}"
+            if rounds == 0:
+                seed_checkpoint(url, lake)
             for k in range(incremental_rounds if incremental else 0):
                 generate(url, incremental, first=rows + k * incremental)
                 loads.append(os.getloadavg()[0])
-                agains.append(ingest_once(url, work / f"lake-{rounds - 1}", **jvm))
+                agains.append(ingest_once(url, lake, **jvm))
                 trivials.append(trivial_once(url, **jvm))
+                shorts.append(trivial_once(url, short_jvm=True, **jvm))
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    if rounds == 0:
+        if any(r["rows"] != incremental for r in agains):
+            raise RuntimeError(f"incremental runs gave {[r['rows'] for r in agains]} rows")
+        result = {"rows": rows, "topics": TOPICS, "rounds": 0,
+                  "incremental": _incremental(incremental, agains, trivials, shorts, loads)
+                  if agains else None}
+        _print_incremental(result, incremental, agains, loads)
+        return result
     for name, got in [("txmsg ingest", [r["rows"] for r in ingests]),
                       ("COPY", [c["rows"] for c in copies]),
                       ("incremental", [r["rows"] for r in agains])]:
@@ -253,7 +279,7 @@ def run(database_url: str | None = None, rows: int = 1_000_000, rounds: int = 3,
         "rounds_seconds": {"ingest": [round(r["seconds"], 1) for r in ingests],
                            "plain_spark": [round(r["seconds"], 1) for r in plains],
                            "copy": [round(c["seconds"], 1) for c in copies]},
-        "incremental": _incremental(incremental, agains, trivials, loads) if agains else None,
+        "incremental": _incremental(incremental, agains, trivials, shorts, loads) if agains else None,
     }
     print(f"{rows:,} rows, medians of {rounds} interleaved rounds, wall time with Spark's "
           f"start:\n"
@@ -267,22 +293,31 @@ def run(database_url: str | None = None, rows: int = 1_000_000, rounds: int = 3,
           f"  ingest / plain Spark job = {result['ingest_over_plain_spark']:.2f}x "
           f"(median of the rounds' ratios), "
           f"ingest / COPY = {ingest_s / copy_s:.2f}x", flush=True)
-    if agains:
-        inc = result["incremental"]
-        print(f"  incremental: {incremental:,} new rows, median of {len(agains)} rounds "
-              f"(1-min load average {', '.join(f'{x:.1f}' for x in loads)}):\n"
-              f"    txmsg ingest           {inc['seconds']:7.1f} s  "
-              f"(Spark's start {inc['spark_startup_seconds']:.1f} s, the run "
-              f"{inc['run_seconds']:.1f} s)\n"
-              f"    Spark start+stop       {inc['spark_floor_seconds']:7.1f} s  "
-              f"(spark.range(1).count() in a fresh process)\n"
-              f"    incremental / Spark start+stop = {inc['over_spark_floor']:.2f}x "
-              f"(median of the rounds' ratios)", flush=True)
+    _print_incremental(result, incremental, agains, loads)
     return result
 
 
+def _print_incremental(result: dict[str, Any], incremental: int,
+                       agains: list[dict[str, Any]], loads: list[float]) -> None:
+    if not agains:
+        return
+    inc = result["incremental"]
+    print(f"  incremental: {incremental:,} new rows, median of {len(agains)} rounds "
+          f"(1-min load average {', '.join(f'{x:.1f}' for x in loads)}):\n"
+          f"    txmsg ingest           {inc['seconds']:7.1f} s  "
+          f"(Spark's start {inc['spark_startup_seconds']:.1f} s, the run "
+          f"{inc['run_seconds']:.1f} s)\n"
+          f"    Spark start+stop       {inc['spark_floor_seconds']:7.1f} s  "
+          f"(spark.range(1).count() in a fresh process)\n"
+          f"    Spark start+stop       {inc['spark_floor_short_jvm_seconds']:7.1f} s  "
+          f"(the same, with the JVM options of a short txmsg ingest run)\n"
+          f"    incremental / Spark start+stop = {inc['over_spark_floor']:.2f}x, "
+          f"{inc['over_spark_floor_short_jvm']:.2f}x with the same JVM options "
+          f"(medians of the rounds' ratios)", flush=True)
+
+
 def _incremental(rows: int, agains: list[dict[str, Any]], trivials: list[dict[str, Any]],
-                 loads: list[float]) -> dict[str, Any]:
+                 shorts: list[dict[str, Any]], loads: list[float]) -> dict[str, Any]:
     return {
         "rows": rows, "rounds": len(agains),
         "seconds": round(_median(agains, "seconds"), 2),
@@ -293,8 +328,12 @@ def _incremental(rows: int, agains: list[dict[str, Any]], trivials: list[dict[st
         "spark_floor_seconds": round(_median(trivials, "seconds"), 2),
         "over_spark_floor": round(statistics.median(
             a["seconds"] / t["seconds"] for a, t in zip(agains, trivials, strict=True)), 3),
+        "spark_floor_short_jvm_seconds": round(_median(shorts, "seconds"), 2),
+        "over_spark_floor_short_jvm": round(statistics.median(
+            a["seconds"] / t["seconds"] for a, t in zip(agains, shorts, strict=True)), 3),
         "rounds_seconds": {"ingest": [round(r["seconds"], 1) for r in agains],
-                           "spark_floor": [round(r["seconds"], 1) for r in trivials]},
+                           "spark_floor": [round(r["seconds"], 1) for r in trivials],
+                           "spark_floor_short_jvm": [round(r["seconds"], 1) for r in shorts]},
         "load_average_1min": [round(x, 2) for x in loads],
     }
 
@@ -302,7 +341,9 @@ def _incremental(rows: int, agains: list[dict[str, Any]], trivials: list[dict[st
 def _main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="full ingests; 0: none, the incremental runs start from a "
+                             "checkpoint at the watermarks")
     parser.add_argument("--incremental", type=int, default=1_000,
                         help="new rows for each incremental run at the end")
     parser.add_argument("--incremental-rounds", type=int, default=2,

@@ -8,7 +8,8 @@ JSON text), no verification, Spark's default settings. Prints its timings as JSO
     python -m bench.plain_spark --database-url URL --output DIR --upper-bound N
 
 ``--trivial``: only Spark's start, ``spark.range(1).count()`` and stop, as the floor an
-incremental run is compared with.
+incremental run is compared with; ``--short-jvm``: with the JVM options `txmsg ingest`
+gives a short run.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import logging
 import time
 
 from app.config import Settings
-from spark_outbox.session import LOG4J_CONFIG
+from spark_outbox.session import LOG4J_CONFIG, SHORT_RUN_JAVA_OPTIONS
 from spark_outbox.source import jdbc_source
 
 
@@ -31,6 +32,8 @@ def main() -> None:
                         help="the largest topic's next offset")
     parser.add_argument("--trivial", action="store_true",
                         help="start Spark, count spark.range(1), stop: nothing read")
+    parser.add_argument("--short-jvm", action="store_true",
+                        help=f"driver JVM with {SHORT_RUN_JAVA_OPTIONS}, as for a short run")
     parser.add_argument("--partitions", type=int, default=4)
     args = parser.parse_args()
     if not args.trivial and (args.output is None or args.upper_bound < 1):
@@ -46,7 +49,8 @@ def main() -> None:
              .config("spark.ui.enabled", "false")
              .config("spark.ui.showConsoleProgress", "false")
              .config("spark.driver.extraJavaOptions",
-                     f"-Dlog4j2.configurationFile={LOG4J_CONFIG}")
+                     f"-Dlog4j2.configurationFile={LOG4J_CONFIG}"
+                     + (f" {SHORT_RUN_JAVA_OPTIONS}" if args.short_jvm else ""))
              .getOrCreate())
     startup = time.perf_counter() - started
     try:
