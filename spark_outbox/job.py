@@ -1,7 +1,8 @@
 """`txmsg ingest`: one incremental Spark run from the committed views into Parquet.
 
-``main`` builds the SparkSession, then ``ingest``: plan the offset ranges, ``extract``
-(one Spark JDBC source for every topic, read in pieces of exact offsets), ``transform``
+``main`` runs ``ingest``: plan the offset ranges (the driver reads the watermarks), start
+the SparkSession only if there is something to read, ``extract`` (one Spark JDBC source
+for every topic, read in pieces of exact offsets), ``transform``
 (pure: the Parquet columns), ``load`` (hive-partitioned Parquet), verify the files'
 footers, publish and checkpoint.
 ``transform`` uses Spark SQL functions only, so executors need no Python packages.

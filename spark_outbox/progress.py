@@ -1,11 +1,11 @@
 """A line every few seconds while Spark reads: rows read so far, of how many, how fast;
 then a line per topic whose count moved since the last report.
 
-Spark counts the records each task has read (updated while the task runs, with the
-executors' heartbeats, and when it ends) whether or not its web UI runs. A task reads one
-piece of the run (``plan.split_ranges``: the task's partition is the piece's index), so
-its count is its topics' rows; a piece that spans topics and is partly read counts
-against its ranges in order.
+Spark's status store counts the records each task has read, whether or not its web UI
+runs (at the latest when the task ends; a running task's count arrives with its
+executor's heartbeats). A task reads one piece of the run (``plan.split_ranges``: the
+task's partition is the piece's index), so its count is its topics' rows; a piece that
+spans topics and is partly read counts against its ranges in order.
 """
 
 from __future__ import annotations
