@@ -176,6 +176,7 @@ def seed_checkpoint(url: str, lake: Path) -> None:
     incremental runs on a large database without ingesting it all first)."""
     with psycopg.connect(libpq_url(url)) as conn:
         marks = conn.execute("SELECT topic, next_offset FROM topic_watermarks").fetchall()
+    lake.mkdir(parents=True)
     OutputDir(lake).commit([TopicRange(topic, 0, int(end)) for topic, end in marks])
 
 
