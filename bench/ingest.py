@@ -11,8 +11,11 @@ load drifts), each a process of its own as a user runs it:
 - ``COPY (SELECT * FROM committed_messages) TO STDOUT`` into this process.
 
 Wall time (Spark's start included), peak RSS of the process tree (Python and the JVM),
-output size; finally an incremental run: ``--incremental`` new rows committed, then
-``txmsg ingest`` again on the last round's output::
+output size. Finally incremental runs, in ``--incremental-rounds`` rounds: ``--incremental``
+new rows committed, ``txmsg ingest`` again on the last round's output, and next to it the
+floor such a run is measured against, a fresh process that starts Spark (same settings as
+the plain job), counts ``spark.range(1)`` and stops, once with Spark's default JVM and once
+with the JVM options `txmsg ingest` gives a short run::
 
     python -m bench.ingest [--rows 1000000] [--rounds 3] [--database-url postgresql://...]
 """
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import shutil
 import statistics
@@ -35,6 +39,8 @@ import psycopg
 
 from bench.pgdb import bench_database, clean_env, libpq_url, txmsg_command
 from bench.procs import Sampler
+from spark_outbox.dataset import OutputDir
+from spark_outbox.plan import TopicRange
 
 TOPICS = 4  # message g goes to topic (g-1) % TOPICS, at offset (g-1) // TOPICS: dense
 PER_TXN = 4  # messages per transaction
@@ -148,7 +154,7 @@ def ingest_once(url: str, out: Path, **env: str) -> dict[str, Any]:
     stages = re.search(r"^  time: (.*)$", text, re.MULTILINE)
     if not total or not started:
         raise RuntimeError(f"unexpected txmsg ingest output: {text[-500:]}")
-    steps = re.findall(r"([a-z ]+) ([\d.]+) s", stages.group(1)) if stages else []
+    steps = re.findall(r"([A-Za-z ]+) ([\d.]+) s", stages.group(1)) if stages else []
     return {**done, "rows": int(total.group(1).replace(",", "")),
             "run_seconds": float(total.group(2)),
             "spark_startup_seconds": float(started.group(1)),
@@ -165,6 +171,25 @@ def plain_once(url: str, out: Path, upper_bound: int, **env: str) -> dict[str, A
             "job_seconds": timings["job_seconds"], "output_bytes": _size(out)}
 
 
+def seed_checkpoint(url: str, lake: Path) -> None:
+    """A checkpoint at every topic's watermark, as a full ingest would leave it (for
+    incremental runs on a large database without ingesting it all first)."""
+    with psycopg.connect(libpq_url(url)) as conn:
+        marks = conn.execute("SELECT topic, next_offset FROM topic_watermarks").fetchall()
+    lake.mkdir(parents=True)
+    OutputDir(lake).commit([TopicRange(topic, 0, int(end)) for topic, end in marks])
+
+
+def trivial_once(url: str, short_jvm: bool = False, **env: str) -> dict[str, Any]:
+    """A fresh process: Spark's start, ``spark.range(1).count()``, stop (``short_jvm``:
+    with the JVM options of a short `txmsg ingest` run)."""
+    done = _timed([sys.executable, "-m", "bench.plain_spark", "--database-url", url,
+                   "--trivial", *(["--short-jvm"] if short_jvm else [])], clean_env(**env),
+                  "Spark start+stop" + (", short-run JVM" if short_jvm else ""))
+    timings = json.loads(done.pop("output").strip().splitlines()[-1])
+    return {**done, "spark_startup_seconds": timings["startup_seconds"]}
+
+
 def _size(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*.parquet"))
 
@@ -174,12 +199,14 @@ def _median(runs: list[dict[str, Any]], key: str) -> float:
 
 
 def run(database_url: str | None = None, rows: int = 1_000_000, rounds: int = 3,
-        incremental: int = 1_000, quick: bool = False) -> dict[str, Any]:
+        incremental: int = 1_000, quick: bool = False,
+        incremental_rounds: int = 2) -> dict[str, Any]:
     """Generate ``rows`` committed messages on the PostgreSQL server of ``database_url``
     (an admin URL; default TXMSG_BENCH_PG_URL or the local server), then time, in
-    ``rounds`` interleaved rounds, `txmsg ingest`, the plain Spark job and COPY; then an
-    incremental run of ``incremental`` new rows (none if 0). ``quick``: both Spark
-    processes on a fast-starting JVM, for smoke runs. The figures, as a dict."""
+    ``rounds`` interleaved rounds, `txmsg ingest`, the plain Spark job and COPY; then
+    ``incremental_rounds`` incremental runs of ``incremental`` new rows each (none if 0),
+    each next to a trivial Spark start+stop. ``quick``: the Spark processes on a
+    fast-starting JVM, for smoke runs. The figures, as a dict."""
     jvm = QUICK_JVM if quick else {}
     if rows % PER_TXN or rows < 1:
         raise ValueError(f"rows must be a positive multiple of {PER_TXN}")
@@ -199,15 +226,32 @@ def run(database_url: str | None = None, rows: int = 1_000_000, rounds: int = 3,
                 ingests.append(ingest_once(url, work / f"lake-{k}", **jvm))
                 plains.append(plain_once(url, work / f"plain-{k}", upper, **jvm))
                 copies.append(copy_out(url))
-            again = None
-            if incremental:
-                generate(url, incremental, first=rows)
-                again = ingest_once(url, work / f"lake-{rounds - 1}", **jvm)
+            agains: list[dict[str, Any]] = []
+            trivials: list[dict[str, Any]] = []
+            shorts: list[dict[str, Any]] = []
+            loads: list[float] = []
+            lake = work / f"lake-{max(rounds - 1, 0)}"
+            if rounds == 0:
+                seed_checkpoint(url, lake)
+            for k in range(incremental_rounds if incremental else 0):
+                generate(url, incremental, first=rows + k * incremental)
+                loads.append(os.getloadavg()[0])
+                agains.append(ingest_once(url, lake, **jvm))
+                trivials.append(trivial_once(url, **jvm))
+                shorts.append(trivial_once(url, short_jvm=True, **jvm))
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    if rounds == 0:
+        if any(r["rows"] != incremental for r in agains):
+            raise RuntimeError(f"incremental runs gave {[r['rows'] for r in agains]} rows")
+        result = {"rows": rows, "topics": TOPICS, "rounds": 0,
+                  "incremental": _incremental(incremental, agains, trivials, shorts, loads)
+                  if agains else None}
+        _print_incremental(result, incremental, agains, loads)
+        return result
     for name, got in [("txmsg ingest", [r["rows"] for r in ingests]),
                       ("COPY", [c["rows"] for c in copies]),
-                      ("incremental", [again["rows"]] if again else [])]:
+                      ("incremental", [r["rows"] for r in agains])]:
         want = incremental if name == "incremental" else rows
         if any(n != want for n in got):
             raise RuntimeError(f"{name} gave {got} rows, expected {want}")
@@ -236,10 +280,7 @@ def run(database_url: str | None = None, rows: int = 1_000_000, rounds: int = 3,
         "rounds_seconds": {"ingest": [round(r["seconds"], 1) for r in ingests],
                            "plain_spark": [round(r["seconds"], 1) for r in plains],
                            "copy": [round(c["seconds"], 1) for c in copies]},
-        "incremental": {"rows": incremental, "seconds": round(again["seconds"], 2),
-                        "spark_startup_seconds": round(again["spark_startup_seconds"], 2),
-                        "run_seconds": round(again["run_seconds"], 2),
-                        "stages": again["stages"]} if again else None,
+        "incremental": _incremental(incremental, agains, trivials, shorts, loads) if agains else None,
     }
     print(f"{rows:,} rows, medians of {rounds} interleaved rounds, wall time with Spark's "
           f"start:\n"
@@ -253,23 +294,66 @@ def run(database_url: str | None = None, rows: int = 1_000_000, rounds: int = 3,
           f"  ingest / plain Spark job = {result['ingest_over_plain_spark']:.2f}x "
           f"(median of the rounds' ratios), "
           f"ingest / COPY = {ingest_s / copy_s:.2f}x", flush=True)
-    if again:
-        print(f"  incremental: {incremental:,} new rows in {again['seconds']:.1f} s "
-              f"(Spark's start {again['spark_startup_seconds']:.1f} s of it)", flush=True)
+    _print_incremental(result, incremental, agains, loads)
     return result
+
+
+def _print_incremental(result: dict[str, Any], incremental: int,
+                       agains: list[dict[str, Any]], loads: list[float]) -> None:
+    if not agains:
+        return
+    inc = result["incremental"]
+    print(f"  incremental: {incremental:,} new rows, median of {len(agains)} rounds "
+          f"(1-min load average {', '.join(f'{x:.1f}' for x in loads)}):\n"
+          f"    txmsg ingest           {inc['seconds']:7.1f} s  "
+          f"(Spark's start {inc['spark_startup_seconds']:.1f} s, the run "
+          f"{inc['run_seconds']:.1f} s)\n"
+          f"    Spark start+stop       {inc['spark_floor_seconds']:7.1f} s  "
+          f"(spark.range(1).count() in a fresh process)\n"
+          f"    Spark start+stop       {inc['spark_floor_short_jvm_seconds']:7.1f} s  "
+          f"(the same, with the JVM options of a short txmsg ingest run)\n"
+          f"    incremental / Spark start+stop = {inc['over_spark_floor']:.2f}x, "
+          f"{inc['over_spark_floor_short_jvm']:.2f}x with the same JVM options "
+          f"(medians of the rounds' ratios)", flush=True)
+
+
+def _incremental(rows: int, agains: list[dict[str, Any]], trivials: list[dict[str, Any]],
+                 shorts: list[dict[str, Any]], loads: list[float]) -> dict[str, Any]:
+    return {
+        "rows": rows, "rounds": len(agains),
+        "seconds": round(_median(agains, "seconds"), 2),
+        "spark_startup_seconds": round(_median(agains, "spark_startup_seconds"), 2),
+        "run_seconds": round(_median(agains, "run_seconds"), 2),
+        "stages": {k: round(statistics.median(r["stages"].get(k, 0.0) for r in agains), 2)
+                   for k in agains[0]["stages"]},
+        "spark_floor_seconds": round(_median(trivials, "seconds"), 2),
+        "over_spark_floor": round(statistics.median(
+            a["seconds"] / t["seconds"] for a, t in zip(agains, trivials, strict=True)), 3),
+        "spark_floor_short_jvm_seconds": round(_median(shorts, "seconds"), 2),
+        "over_spark_floor_short_jvm": round(statistics.median(
+            a["seconds"] / t["seconds"] for a, t in zip(agains, shorts, strict=True)), 3),
+        "rounds_seconds": {"ingest": [round(r["seconds"], 1) for r in agains],
+                           "spark_floor": [round(r["seconds"], 1) for r in trivials],
+                           "spark_floor_short_jvm": [round(r["seconds"], 1) for r in shorts]},
+        "load_average_1min": [round(x, 2) for x in loads],
+    }
 
 
 def _main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="full ingests; 0: none, the incremental runs start from a "
+                             "checkpoint at the watermarks")
     parser.add_argument("--incremental", type=int, default=1_000,
-                        help="new rows for the incremental run at the end")
+                        help="new rows for each incremental run at the end")
+    parser.add_argument("--incremental-rounds", type=int, default=2,
+                        help="incremental runs, each next to a trivial Spark start+stop")
     parser.add_argument("--database-url", default=None,
                         help="PostgreSQL admin URL (default: TXMSG_BENCH_PG_URL or local)")
     args = parser.parse_args()
-    print(json.dumps(run(args.database_url, args.rows, args.rounds, args.incremental),
-                     indent=1))
+    print(json.dumps(run(args.database_url, args.rows, args.rounds, args.incremental,
+                         incremental_rounds=args.incremental_rounds), indent=1))
 
 
 if __name__ == "__main__":

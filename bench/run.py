@@ -363,6 +363,8 @@ def _ratios(r: dict[str, Any]) -> dict[str, Any]:
             _get(r, "b_access_control_on", "cpu_ms_per_unit", "service"), inverse=True),
         "ingest_over_plain_spark": _get(r, "ingest", "ingest_over_plain_spark"),
         "ingest_over_copy": _get(r, "ingest", "ingest_over_copy"),
+        "ingest_incremental_over_spark_start": _get(r, "ingest", "incremental",
+                                                    "over_spark_floor"),
         "b_retention_on_over_off": _get(r, "retention_throughput", "b_on_over_off"),
         "d_retention_on_over_off": _get(r, "retention_throughput", "d_on_over_off"),
         "retention_drain_seconds": _get(r, "retention_drain", "emptied_seconds"),
@@ -454,6 +456,9 @@ def _summary(r: dict[str, Any], out_path: Path) -> None:
         ("ingest over plain Spark job / over COPY",
          (f"{_get(r, 'ingest', 'ingest_over_plain_spark')} / "
           f"{_get(r, 'ingest', 'ingest_over_copy')}")),
+        ("ingest 1,000 new rows / Spark start+stop, s",
+         (f"{_get(r, 'ingest', 'incremental', 'seconds')} / "
+          f"{_get(r, 'ingest', 'incremental', 'spark_floor_seconds')}")),
     ]
     partial = r["plan"]["subscriptions_only"] or r["plan"]["retention_only"]
     for label, value in rows:

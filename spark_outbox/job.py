@@ -1,7 +1,8 @@
 """`txmsg ingest`: one incremental Spark run from the committed views into Parquet.
 
-``main`` builds the SparkSession, then ``ingest``: plan the offset ranges, ``extract``
-(one Spark JDBC source for every topic, read in pieces of exact offsets), ``transform``
+``main`` runs ``ingest``: plan the offset ranges (the driver reads the watermarks), start
+the SparkSession only if there is something to read, ``extract`` (one Spark JDBC source
+for every topic, read in pieces of exact offsets), ``transform``
 (pure: the Parquet columns), ``load`` (hive-partitioned Parquet), verify the files'
 footers, publish and checkpoint.
 ``transform`` uses Spark SQL functions only, so executors need no Python packages.
@@ -28,6 +29,8 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, MapType, StringType
 
 from app.config import Settings
+from app.storage.db import make_engine
+from app.storage.topics import watermarks
 from spark_outbox.dataset import OutputDir
 from spark_outbox.errors import EXIT_CANNOT_RUN, EXIT_FAILED, IngestError, java_reason
 from spark_outbox.footers import column_range
@@ -46,7 +49,6 @@ from spark_outbox.schema import PARTITION_COLUMNS, RAW_SCHEMA
 from spark_outbox.session import build_session, check_java, under_spark_submit
 from spark_outbox.source import (
     SQLITE,
-    WATERMARKS_TABLE,
     JdbcSource,
     checked_source,
     range_predicate,
@@ -56,6 +58,9 @@ from spark_outbox.source import (
 # indexes, and its task reports progress when done
 ROWS_PER_PARTITION = 250_000
 MICROS_PER_DAY = 86_400_000_000
+# up to this many rows a run is over before the JVM's optimising compiler pays for itself:
+# its driver JVM runs without it (see session.build_session)
+SHORT_RUN_ROWS = 100_000
 
 Fault = Callable[[str], None]
 
@@ -91,22 +96,33 @@ def main(settings: Settings, output_dir: str, topics: str | None) -> int:
             check_java(environ)
     except IngestError as exc:
         return _fail(exc)
-    started = time.monotonic()
+    _say(f"txmsg ingest: {source.display} -> {Path(output_dir).resolve()}")
+    sessions: list[SparkSession] = []
+
+    def start_spark(rows: int) -> SparkSession:
+        started = time.monotonic()
+        try:
+            spark = build_session(settings, environ, [str(source.jar)],
+                                  short=rows <= SHORT_RUN_ROWS)
+        except Exception as exc:  # noqa: BLE001 - the JVM did not start, whatever the reason
+            raise IngestError(f"Spark did not start: {java_reason(exc)}",
+                              EXIT_CANNOT_RUN) from None
+        sessions.append(spark)
+        _say(f"  Spark {spark.version}, master {spark.sparkContext.master}, "
+             f"started in {time.monotonic() - started:.1f} s")
+        return spark
+
     try:
-        spark = build_session(settings, environ, [str(source.jar)])
-    except Exception as exc:  # noqa: BLE001 - the JVM did not start, whatever the reason
-        return _fail(IngestError(f"Spark did not start: {java_reason(exc)}", EXIT_CANNOT_RUN))
-    _say(f"txmsg ingest: {source.display} -> {Path(output_dir).resolve()} "
-         f"(Spark {spark.version}, master {spark.sparkContext.master}, "
-         f"started in {time.monotonic() - started:.1f} s)")
-    try:
-        report = ingest(spark, source, output_dir, requested)
+        report = ingest(start_spark, source, output_dir, requested)
     except IngestError as exc:
         return _fail(exc)
     except Exception as exc:  # noqa: BLE001 - a Spark or JDBC failure: one line, not a trace
-        return _fail(IngestError(f"run failed: {java_reason(exc)}", EXIT_FAILED))
+        reason = java_reason(exc)
+        return _fail(IngestError(f"run failed: {reason}{_classpath_hint(source, reason)}",
+                                 EXIT_FAILED))
     finally:
-        spark.stop()
+        for spark in sessions:
+            spark.stop()
     print_report(report)
     for gap in report.gaps:
         print(gap.line(), file=sys.stderr, flush=True)
@@ -123,11 +139,14 @@ def run(spark: SparkSession, settings: Settings, output_dir: str | Path,
                   progress_seconds=progress_seconds)
 
 
-def ingest(spark: SparkSession, source: JdbcSource, output_dir: str | Path,
-           requested: list[str] | None, *, rows_per_partition: int = ROWS_PER_PARTITION,
-           fault: Fault | None = None, progress_seconds: float = INTERVAL_SECONDS) -> RunReport:
+def ingest(spark: SparkSession | Callable[[int], SparkSession], source: JdbcSource,
+           output_dir: str | Path, requested: list[str] | None, *,
+           rows_per_partition: int = ROWS_PER_PARTITION, fault: Fault | None = None,
+           progress_seconds: float = INTERVAL_SECONDS) -> RunReport:
     """Ingest, per topic, exactly what was committed since the last run into ``output_dir``.
 
+    ``spark``: the session, or what starts it for a run of so many rows, once the plan
+    is known (a run with nothing to read starts none).
     One Spark job reads every topic's range and writes it; the written files' footers
     must then hold each range exactly (rows, lowest and highest offset) before anything
     is published. ``fault(stage)`` is called at "staged" (data written, not yet
@@ -141,21 +160,25 @@ def ingest(spark: SparkSession, source: JdbcSource, output_dir: str | Path,
         if recovered:
             _say("  removed the unfinished ranges of an interrupted run: "
                  + ", ".join(f"{r.topic} [{r.start}, {r.end})" for r in recovered))
-        watermarks, first_offsets = read_watermarks(spark, source)
-        selected = select_topics(list(watermarks), requested)
-        gaps = find_gaps(output.checkpoint(), first_offsets, watermarks, selected)
-        ranges = plan_ranges(watermarks, past_gaps(output.checkpoint(), gaps), selected)
+        next_offsets, first_offsets = read_watermarks(source)
+        selected = select_topics(list(next_offsets), requested)
+        gaps = find_gaps(output.checkpoint(), first_offsets, next_offsets, selected)
+        ranges = plan_ranges(next_offsets, past_gaps(output.checkpoint(), gaps), selected)
         report = RunReport(source.display, output.root, selected, ranges, recovered=recovered,
                            gaps=gaps)
         report.stages["plan"] = time.monotonic() - started
         if ranges:
             total = sum(r.rows for r in ranges)
+            if not isinstance(spark, SparkSession):
+                step = time.monotonic()
+                spark = spark(total)
+                report.stages["Spark start"] = time.monotonic() - step
             _say(f"  reading {total} rows of {len(ranges)} topic(s)")
             output.begin(ranges)
             step = time.monotonic()
-            with Progress(spark, total, _say, progress_seconds):
-                raw = extract(spark, source, ranges, rows_per_partition=rows_per_partition)
-                load(transform(raw), str(output.staging))
+            pieces = read_pieces(spark, ranges, rows_per_partition)
+            with Progress(spark, total, _say, progress_seconds, pieces):
+                load(transform(extract(spark, source, pieces)), str(output.staging))
             report.stages["read and write"] = time.monotonic() - step
             step = time.monotonic()
             report.rows = staged_rows(spark, output, ranges)
@@ -170,37 +193,55 @@ def ingest(spark: SparkSession, source: JdbcSource, output_dir: str | Path,
             report.stages["publish"] = time.monotonic() - step
         elif gaps:  # nothing to read, but the checkpoint moves past them
             output.commit([g.as_range() for g in gaps])
-    report.seconds = time.monotonic() - started
+    # the run's own time: Spark's start is one of its stages, not part of its rate
+    report.seconds = time.monotonic() - started - report.stages.get("Spark start", 0.0)
     return report
 
 
-def read_watermarks(spark: SparkSession,
-                    source: JdbcSource) -> tuple[dict[str, int], dict[str, int]]:
+def read_watermarks(source: JdbcSource) -> tuple[dict[str, int], dict[str, int]]:
     """Each topic's next offset and its first retained offset (``spark_outbox.gaps``),
-    read once at the start of the run."""
+    read once at the start of the run, by the driver: one query, not a Spark job."""
     try:
-        rows = (spark.read.format("jdbc").options(**source.options())
-                .option("dbtable", WATERMARKS_TABLE).load().collect())
+        engine = make_engine(source.settings, pool=False)
+        try:
+            with engine.connect() as conn:
+                rows = watermarks(conn)
+        finally:
+            engine.dispose()
     except Exception as exc:  # noqa: BLE001 - unreachable, unknown database, not migrated...
-        reason = java_reason(exc)
-        hint = ""
-        if "ClassNotFoundException" in reason:
-            hint = f" (put {source.jar} on the classpath: spark-submit --jars {source.jar})"
-        elif "topic_watermarks" in reason:
-            hint = " (is the schema migrated? `txmsg migrate`)"
+        reason = _db_reason(exc)
+        hint = " (is the schema migrated? `txmsg migrate`)" if "topic_watermarks" in reason else ""
         raise IngestError(f"cannot read the database {source.display}: {reason}{hint}",
                           EXIT_FAILED) from None
-    return ({r["topic"]: int(r["next_offset"]) for r in rows},
-            {r["topic"]: int(r["first_offset"]) for r in rows})
+    return ({r.topic: int(r.next_offset) for r in rows},
+            {r.topic: int(r.first_offset) for r in rows})
 
 
-def extract(spark: SparkSession, source: JdbcSource, ranges: Sequence[TopicRange], *,
-            rows_per_partition: int = ROWS_PER_PARTITION) -> DataFrame:
-    """The committed messages in ``ranges``, as RAW_SCHEMA: one JDBC source for every topic,
-    read in parallel pieces of nearly equal size (each an exact set of offsets)."""
+def _db_reason(exc: Exception) -> str:
+    # the driver's own words (SQLAlchemy's wrapper adds the statement and a link), one line
+    reason = str(getattr(exc, "orig", None) or exc)
+    return " ".join(reason.split()) or type(exc).__name__
+
+
+def _classpath_hint(source: JdbcSource, reason: str) -> str:
+    if "ClassNotFoundException" not in reason:
+        return ""
+    return f" (put {source.jar} on the classpath: spark-submit --jars {source.jar})"
+
+
+def read_pieces(spark: SparkSession, ranges: Sequence[TopicRange],
+                rows_per_partition: int = ROWS_PER_PARTITION) -> list[list[TopicRange]]:
+    """``ranges`` cut into the pieces read in parallel, of nearly equal size."""
     parts = partitions_for(sum(r.rows for r in ranges), rows_per_partition,
                            spark.sparkContext.defaultParallelism)
-    predicates = [range_predicate(piece) for piece in split_ranges(ranges, parts)]
+    return split_ranges(ranges, parts)
+
+
+def extract(spark: SparkSession, source: JdbcSource,
+            pieces: Sequence[Sequence[TopicRange]]) -> DataFrame:
+    """The committed messages in ``pieces``, as RAW_SCHEMA: one JDBC source for every topic,
+    one read (partition) per piece, each an exact set of offsets."""
+    predicates = [range_predicate(piece) for piece in pieces]
     df = (spark.read.options(**source.options())
           .option("customSchema", source.custom_schema)
           .jdbc(source.url, source.committed_table, predicates=predicates))

@@ -27,6 +27,7 @@ LOG4J_CONFIG = Path(__file__).resolve().with_name("log4j2.properties")
 MIN_JAVA = 17
 # a read piece spans few topics (see plan.split_ranges); past this many it sorts instead
 MAX_OPEN_FILES_PER_TASK = 16
+SHORT_RUN_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1"
 
 
 def under_spark_submit(environ: Mapping[str, str]) -> bool:
@@ -59,8 +60,13 @@ def check_java(environ: Mapping[str, str]) -> None:
 
 
 def build_session(settings: Settings, environ: Mapping[str, str],
-                  jars: Sequence[str] = ()) -> SparkSession:
-    """The run's SparkSession, with ``jars`` (JDBC drivers) on the driver and executors."""
+                  jars: Sequence[str] = (), *, short: bool = False) -> SparkSession:
+    """The run's SparkSession, with ``jars`` (JDBC drivers) on the driver and executors.
+
+    ``short``: a run of few rows, whose driver JVM (when this process starts it) compiles
+    with C1 only: most of such a run is the JVM warming up, and the optimising compiler's
+    threads would take CPU from it rather than pay back.
+    """
     from pyspark.sql import SparkSession
 
     builder = (
@@ -76,8 +82,10 @@ def build_session(settings: Settings, environ: Mapping[str, str],
             builder = builder.master(master)
         if jars:
             builder = builder.config("spark.jars", ",".join(jars))
-        builder = builder.config("spark.driver.extraJavaOptions",
-                                 f"-Dlog4j2.configurationFile={LOG4J_CONFIG}")
+        java_options = f"-Dlog4j2.configurationFile={LOG4J_CONFIG}"
+        if short:
+            java_options += f" {SHORT_RUN_JAVA_OPTIONS}"
+        builder = builder.config("spark.driver.extraJavaOptions", java_options)
         if not master or master.startswith("local"):
             builder = builder.config("spark.ui.enabled", "false")  # a short local batch
     spark = builder.getOrCreate()

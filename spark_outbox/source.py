@@ -1,8 +1,9 @@
 """Where the committed messages come from: the database URL as JDBC, and the SQL per store.
 
 Only the committed views are read: ``committed_messages`` (one row per committed message,
-nothing rolled back, pending or discarded but for TRANS_CHECK_MAX_TIME_TOPIC entries)
-and ``topic_watermarks`` (each topic's next offset).
+nothing rolled back, pending or discarded but for TRANS_CHECK_MAX_TIME_TOPIC entries),
+through Spark's JDBC source, and ``topic_watermarks`` (each topic's next and first
+offsets), by the driver itself through SQLAlchemy: one short query, no Spark job.
 """
 
 from __future__ import annotations
@@ -40,8 +41,6 @@ POSTGRESQL_SCHEMA = SQLITE_SCHEMA.replace("created_at STRING, committed_at STRIN
 # Spark session's time zone is.
 _SQLITE_TIMESTAMPS = "created_at || 'Z' AS created_at, committed_at || 'Z' AS committed_at"
 _POSTGRESQL_TIMESTAMPS = "created_at, committed_at"
-WATERMARKS_TABLE = ("(SELECT topic, next_offset, first_offset FROM topic_watermarks) "
-                    "watermarks")
 _COLUMNS = ("topic, queue_offset, message_id, transaction_id, producer_group, keys, tag, "
             "properties, body, body_bytes, {timestamps}")
 
@@ -54,6 +53,8 @@ class JdbcSource:
     display: str  # the database URL without its password, for messages
     properties: dict[str, str] = field(default_factory=dict)
     sqlite_file: Path | None = None
+    # the same database as the driver itself reads it (the watermarks: no Spark job)
+    settings: Settings = field(kw_only=True, repr=False, compare=False)
 
     @property
     def driver(self) -> str:
@@ -98,7 +99,7 @@ def jdbc_source(settings: Settings) -> JdbcSource:
                               "set TXMSG_DATABASE_URL to a file", EXIT_CANNOT_RUN)
         path = Path(url.database).resolve()
         return JdbcSource(SQLITE, f"jdbc:sqlite:{path}", Path(settings.sqlite_jdbc_jar),
-                          display, sqlite_file=path)
+                          display, sqlite_file=path, settings=settings)
     if backend == POSTGRESQL:
         props = {k: str(v) for k, v in url.query.items()}
         props["connectTimeout"] = str(settings.db_connect_timeout_seconds)
@@ -112,7 +113,8 @@ def jdbc_source(settings: Settings) -> JdbcSource:
             host = f"[{host}]"
         return JdbcSource(POSTGRESQL,
                           f"jdbc:postgresql://{host}:{url.port or 5432}/{url.database or ''}",
-                          Path(settings.postgresql_jdbc_jar), display, properties=props)
+                          Path(settings.postgresql_jdbc_jar), display, properties=props,
+                          settings=settings)
     raise IngestError(f"txmsg ingest reads PostgreSQL or SQLite, not {backend!r} "
                       f"({display})", EXIT_CANNOT_RUN)
 

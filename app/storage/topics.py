@@ -1,13 +1,19 @@
-"""SQL that reads the committed log: topics, pages of a topic, single messages."""
+"""SQL that reads the committed log: topics, pages of a topic, single messages, and the
+watermarks ingestion plans from."""
 
 from __future__ import annotations
 
 from collections.abc import Collection
 
-from sqlalchemy import Connection, and_, func, or_, select
+from sqlalchemy import Connection, and_, column, func, or_, select, table
 
 from app.storage.reads import MESSAGE_COLUMNS
 from app.storage.schema import AnyRow, half_message, message_log, topic_offset, txn
+
+# the view `txmsg ingest` reads (migrations define it): each topic's next offset and
+# lowest retained offset, read in one statement so they are consistent with each other
+topic_watermarks = table("topic_watermarks", column("topic"), column("next_offset"),
+                         column("first_offset"))
 
 
 def read_topic(conn: Connection, topic: str, from_offset: int, limit: int,
@@ -70,3 +76,10 @@ def get_message(conn: Connection, message_id: str) -> AnyRow | None:
         .where(half_message.c.message_id == message_id)
     )
     return conn.execute(stmt).first()
+
+
+def watermarks(conn: Connection) -> list[AnyRow]:
+    """Every topic's (topic, next_offset, first_offset), from the ``topic_watermarks`` view."""
+    stmt = select(topic_watermarks.c.topic, topic_watermarks.c.next_offset,
+                  topic_watermarks.c.first_offset)
+    return list(conn.execute(stmt))

@@ -95,3 +95,11 @@ def test_ingest_killed_midway_then_rerun_is_exact_and_prints_rows_per_topic(
         Row(topic="payments", rows=10, offsets=10, low=0, high=9, bodies=10),
     ])
     assert checkpoint(out) == {"orders": 40, "payments": 10}
+
+    # nothing new: the run ends without starting Spark
+    again = run_ingest(env, out)
+    assert again.returncode == 0, again.stderr
+    assert "Spark" not in again.stdout
+    assert any(line.split() == ["orders", "0", "rows", "(nothing", "new)"]
+               for line in again.stdout.splitlines())
+    assert again.stdout.splitlines()[-1].startswith("txmsg ingest: 0 rows from 0 topic(s) in ")

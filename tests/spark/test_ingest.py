@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 
@@ -9,6 +10,7 @@ import pytest
 from pyspark.sql import Row
 from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual, assertSchemaEqual
+from sqlalchemy import create_engine, text
 
 from app.config import Settings
 from app.vocabulary import Op
@@ -17,6 +19,8 @@ from spark_outbox.dataset import OutputDir
 from spark_outbox.errors import EXIT_CANNOT_RUN, IngestError
 from spark_outbox.job import run, staged_rows
 from spark_outbox.plan import TopicRange
+from spark_outbox.progress import rows_read_per_partition
+from spark_outbox.source import jdbc_source
 from tests.conftest import free_port, make_settings
 from tests.spark.helpers import (
     COMPARED,
@@ -180,7 +184,7 @@ def test_discarded_messages_only_when_named_and_internal_topics_never(
 def test_an_unreadable_database_is_one_clear_line(spark, tmp_path: Path, store: str) -> None:  # type: ignore[no-untyped-def]
     if store == "postgres-closed-port":
         url = f"postgresql+psycopg://txmsg:secret@127.0.0.1:{free_port()}/txmsg"
-        reason = "Connection to 127.0.0.1:"
+        reason = 'connection to server at "127.0.0.1", port '
     else:
         (tmp_path / "empty.db").write_bytes(b"")
         url = f"sqlite:///{tmp_path / 'empty.db'}"
@@ -228,11 +232,44 @@ def test_one_spark_job_reads_and_writes_every_topic_and_footers_verify_it(
         spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
 
     assert report.rows == {"a": 5, "b": 5, "c": 5}
-    # the watermarks, then one job for every topic; nothing read back to verify
-    assert len(tracker.getJobIdsForGroup(group)) == 2
+    # one job for every topic (the driver reads the watermarks itself); nothing read back
+    assert len(tracker.getJobIdsForGroup(group)) == 1
     assert set(report.stages) == {"plan", "read and write", "verify", "publish"}
-    progress = [line for line in capsys.readouterr().out.splitlines() if "rows read" in line]
+    lines = capsys.readouterr().out.splitlines()
+    progress = [line for line in lines if "rows read and written" in line]
     assert progress and all(" of 15 rows read and written (" in line for line in progress)
+    # per topic, when a count moved (a read piece's rows show once its task reports them)
+    per_topic = [line.split() for line in lines if line.endswith("%)") and line not in progress]
+    assert all(w[0] == "..." and w[1] in ("a", "b", "c") and w[3:7] == ["of", "5", "rows", "read"]
+               and 0 < int(w[2]) <= 5 for w in per_topic), per_topic
+
+
+def test_rows_read_are_seen_per_partition_while_the_stage_still_runs(
+        spark, postgres_url: str) -> None:  # type: ignore[no-untyped-def]
+    source = jdbc_source(make_settings(postgres_url))
+    lock = 717_171
+    engine = create_engine(postgres_url)
+    with engine.connect() as conn:
+        conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": lock})
+        # partition 0 reads its 3 rows at once; partition 1 waits for the lock held here
+        df = spark.read.options(**source.options()).jdbc(
+            source.url, "(SELECT g FROM generate_series(1, 3) g) t",
+            predicates=["true", f"pg_advisory_lock({lock}) IS NOT NULL"])
+        job = threading.Thread(target=lambda: df.write.format("noop").mode("overwrite").save())
+        job.start()
+        try:
+            deadline = time.monotonic() + 120
+            found = rows_read_per_partition(spark)
+            while (found or {}).get(0) != 3 and time.monotonic() < deadline:
+                time.sleep(0.05)
+                found = rows_read_per_partition(spark)
+            # partition 1 (still running) has read nothing, or has no count yet
+            assert found is not None and found.get(0) == 3 and found.get(1, 0) == 0, found
+        finally:
+            conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": lock})
+            job.join(timeout=120)
+    engine.dispose()
+    assert not job.is_alive()
 
 
 def test_files_that_miss_an_offset_are_not_published(spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

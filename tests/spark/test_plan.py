@@ -18,6 +18,7 @@ from spark_outbox.plan import (
     split_ranges,
     split_topics,
 )
+from spark_outbox.progress import progress_line, rows_per_topic, topic_line
 from spark_outbox.source import jdbc_source, range_predicate
 from tests.conftest import make_settings
 
@@ -152,3 +153,22 @@ def test_one_run_at_a_time_per_directory(tmp_path: Path) -> None:
           pytest.raises(IngestError, match="another txmsg ingest is running"),
           OutputDir(tmp_path).locked()):
         pass
+
+
+def test_rows_read_per_piece_become_rows_read_per_topic() -> None:
+    pieces = split_ranges([TopicRange("a", 0, 6), TopicRange("b", 10, 14)], 2)  # 5 and 5 rows
+    assert pieces == [[TopicRange("a", 0, 5)], [TopicRange("a", 5, 6), TopicRange("b", 10, 14)]]
+
+    assert rows_per_topic(pieces, {}) == {"a": 0, "b": 0}
+    assert rows_per_topic(pieces, {0: 5}) == {"a": 5, "b": 0}
+    # a piece partly read counts against its ranges in order
+    assert rows_per_topic(pieces, {0: 2, 1: 3}) == {"a": 3, "b": 2}
+    assert rows_per_topic(pieces, {0: 5, 1: 5}) == {"a": 6, "b": 4}
+
+
+def test_progress_lines() -> None:
+    assert progress_line(500, 1000, 10).split() == [
+        "...", "500", "of", "1,000", "rows", "read", "and", "written", "(50%)", "in", "10", "s,",
+        "50", "rows/s"]
+    assert topic_line("orders", 1500, 2000).split() == [
+        "...", "orders", "1,500", "of", "2,000", "rows", "read", "(75%)"]
