@@ -4,7 +4,7 @@ made, so the dashboard counts the last hour's checks without reading the whole l
 Checks recorded before this revision have no duration (NULL).
 
 Revision ID: 0006_check_duration
-Revises: 0004_signing_secrets
+Revises: 0005_subscriptions
 Create Date: 2026-11-25
 """
 
@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0006_check_duration"
-down_revision = "0004_signing_secrets"
+down_revision = "0005_subscriptions"
 branch_labels = None
 depends_on = None
 
