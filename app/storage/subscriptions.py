@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, and_, bindparam, delete, func, or_, select, update
+from sqlalchemy import Connection, Select, and_, bindparam, delete, func, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
 from app.storage.bulk import insert_rows, is_pg
@@ -116,12 +116,21 @@ def due(conn: Connection, sub_id: int, topic: str, now: datetime, limit: int, *,
 
 
 def scan(conn: Connection, topic: str, from_offset: int, limit: int) -> list[AnyRow]:
-    """Committed messages of ``topic`` from ``from_offset``: offset, deliverable time, size."""
-    return list(conn.execute(
-        select(message_log.c.queue_offset, message_log.c.deliver_at, _size())
-        .join(half_message, half_message.c.id == message_log.c.half_message_id)
-        .where(message_log.c.topic == topic, message_log.c.queue_offset >= from_offset)
-        .order_by(message_log.c.queue_offset).limit(limit)))
+    """Committed messages of ``topic`` in ``[from_offset, from_offset + limit)``: offset,
+    deliverable time, size.
+
+    Offsets are dense, so the range holds at most ``limit`` rows: bounded on both sides, it
+    is an index range scan whatever the statistics say. With only ``>= from_offset ...
+    LIMIT``, PostgreSQL without statistics of a fresh backlog joined and sorted all of it."""
+    return list(conn.execute(scan_statement(topic, from_offset, limit)))
+
+
+def scan_statement(topic: str, from_offset: int, limit: int) -> Select[Any]:
+    return (select(message_log.c.queue_offset, message_log.c.deliver_at, _size())
+            .join(half_message, half_message.c.id == message_log.c.half_message_id)
+            .where(message_log.c.topic == topic, message_log.c.queue_offset >= from_offset,
+                   message_log.c.queue_offset < from_offset + limit)
+            .order_by(message_log.c.queue_offset))
 
 
 def messages(conn: Connection, topic: str, offsets: Sequence[int]) -> list[AnyRow]:
