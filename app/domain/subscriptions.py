@@ -282,11 +282,12 @@ def _receive(conn: Connection, sub: AnyRow, max_messages: int, max_bytes: int) -
     now = utcnow()
     topic = sub.topic
     cursor, read = sub.ack_cursor, sub.read_offset
-    first, _ = store.topic_ends(conn, topic)
+    first = store.first_offset(conn, topic)
     if cursor < first:  # retention deleted what was below: acknowledged by expiry
         store.drop_below(conn, sub.id, first)
         cursor, read = first, max(read, first)
         store.change(conn, sub.id, {"ack_cursor": cursor, "read_offset": read})
+        cursor = store.advance(conn, sub.id, cursor, read)
     spent = 1 + sub.max_redeliveries
     dead = store.due(conn, sub.id, topic, now, _DEAD_LETTERS_PER_RECEIVE, dead_from=spent)
     if dead:
@@ -308,7 +309,8 @@ def _receive(conn: Connection, sub: AnyRow, max_messages: int, max_bytes: int) -
     new_rows: list[dict[str, Any]] = []
     scanned = 0
     while not full and len(picked) < max_messages and scanned < _SCAN_ROWS:
-        batch = store.scan(conn, topic, read, max_messages - len(picked))
+        window = max_messages - len(picked)
+        batch = store.scan(conn, topic, read, window)
         if not batch:
             break
         scanned += len(batch)
@@ -326,6 +328,8 @@ def _receive(conn: Connection, sub: AnyRow, max_messages: int, max_bytes: int) -
             new_rows.append(_row(sub.id, m.queue_offset, 1, until, until + _backoff(sub, 0)))
             if len(picked) == max_messages:
                 break
+        if len(batch) < window:  # offsets are dense: nothing committed past it yet
+            break
     store.add_offsets(conn, new_rows)
     store.lease(conn, sub.id, [(o, until, until + _backoff(sub, n))
                                for o, n in picked[:redelivered]])
@@ -390,11 +394,15 @@ def _locked(conn: Connection, topic: str, name: str) -> AnyRow:
 @wraps_db_errors
 def ack(engine: Engine, topic: str, name: str, offsets: Sequence[int]) -> int:
     """Acknowledge offsets (those delivered, not yet acknowledged, not held by a
-    transaction); how many were newly acknowledged."""
+    transaction); how many were newly acknowledged.
+
+    The cursor moves only when the offset at it is acknowledged: every transaction that
+    holds the subscription's lock leaves the offset at the cursor unacknowledged (or the
+    cursor at the read offset), so other acks cannot let it move and skip the look."""
     with write_transaction(engine) as conn:
         sub = _locked(conn, topic, name)
         n = store.acknowledge(conn, sub.id, offsets)
-        if n:
+        if n and sub.ack_cursor in offsets:
             store.advance(conn, sub.id, sub.ack_cursor, sub.read_offset)
         return n
 

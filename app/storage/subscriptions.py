@@ -73,11 +73,16 @@ def list_of(conn: Connection, topic: str, after: str, limit: int) -> list[AnyRow
 
 def topic_ends(conn: Connection, topic: str) -> tuple[int, int]:
     """(first retained offset, next offset) of a topic; (0, 0) for an unknown one."""
-    first = conn.execute(select(topic_retention.c.first_offset)
-                         .where(topic_retention.c.topic == topic)).scalar_one_or_none() or 0
+    first = first_offset(conn, topic)
     nxt = conn.execute(select(topic_offset.c.next_offset)
                        .where(topic_offset.c.topic == topic)).scalar_one_or_none() or 0
     return first, max(first, nxt)
+
+
+def first_offset(conn: Connection, topic: str) -> int:
+    """The first retained offset of a topic (0 for an unknown one)."""
+    return conn.execute(select(topic_retention.c.first_offset)
+                        .where(topic_retention.c.topic == topic)).scalar_one_or_none() or 0
 
 
 def counts(conn: Connection, sub_id: int, now: datetime) -> tuple[int, int]:
@@ -269,7 +274,9 @@ def expire_below(conn: Connection, topic: str, end: int) -> list[tuple[str, int]
         acked = conn.execute(select(func.count()).where(
             so.c.subscription_id == sub.id, so.c.acked, so.c.queue_offset < end)).scalar_one()
         drop_below(conn, sub.id, end)
-        change(conn, sub.id, {"ack_cursor": end, "read_offset": max(sub.read_offset, end)})
+        read = max(sub.read_offset, end)
+        change(conn, sub.id, {"ack_cursor": end, "read_offset": read})
+        advance(conn, sub.id, end, read)
         moved.append((sub.name, end - sub.ack_cursor - int(acked)))
     return moved
 
