@@ -38,9 +38,8 @@ class Backlog:
     when a round could read more than there are.
 
     The tables are analyzed once written, as autovacuum would have done by then in a
-    database that grew steadily: with no statistics yet, PostgreSQL plans a receive's scan
-    of the log as a bitmap scan and a sort of the whole backlog (about 0.2 s a receive
-    with 50k messages) instead of an index scan of the next 100 offsets (0.2 ms).
+    database that grew steadily (a receive's scan of the log no longer depends on it, other
+    statements may).
     """
 
     def __init__(self, server: Server, database_url: str, topic: str = CONSUME_TOPIC) -> None:
