@@ -332,14 +332,19 @@ def settle(conn: Connection, txn_ids: Sequence[int], *, commit: bool) -> int:
                .rowcount)
 
 
+def any_row_due(conn: Connection, sub_id: int, now: datetime) -> bool:
+    """Whether an offset row is due (to deliver again or to dead-letter)."""
+    row_due = select(so.c.queue_offset).where(
+        so.c.subscription_id == sub_id, ~so.c.acked, so.c.held_by.is_(None),
+        or_(so.c.next_at.is_(None), so.c.next_at <= now)).limit(1)
+    return conn.execute(row_due).first() is not None
+
+
 def anything_due(conn: Connection, sub: AnyRow, now: datetime) -> bool:
     """Whether a receive would find something to do now: an offset row due (to deliver
     again or to dead-letter), or a committed message past the read offset that is not
     delayed. A read of two index probes, without locks."""
-    row_due = select(so.c.queue_offset).where(
-        so.c.subscription_id == sub.id, ~so.c.acked, so.c.held_by.is_(None),
-        or_(so.c.next_at.is_(None), so.c.next_at <= now)).limit(1)
-    if conn.execute(row_due).first() is not None:
+    if any_row_due(conn, sub.id, now):
         return True
     fresh = select(message_log.c.queue_offset).where(
         message_log.c.topic == sub.topic, message_log.c.queue_offset >= sub.read_offset,
