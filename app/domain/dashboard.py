@@ -96,13 +96,7 @@ def subscriptions_with_backlog(engine: Engine, only_topics: Collection[str] | No
     backlogs, then ``limit`` descriptions at most, never a scan of the messages."""
     waiting = sorted(((-n, t, name) for t, name, n in subs.backlogs(engine)
                       if n > 0 and (only_topics is None or t in only_topics)))[:limit]
-    found = []
-    for _, topic, name in waiting:
-        try:
-            found.append(subs.get(engine, topic, name))
-        except NotFound:  # deleted since
-            continue
-    return found
+    return subs.describe_each(engine, [(topic, name) for _, topic, name in waiting])
 
 
 def topic_subscriptions(engine: Engine, topic: str) -> dict[str, Any]:
