@@ -6,7 +6,9 @@ half messages); 95 % committed (their messages in the committed log of 8 topics,
 offsets, commit times spread over the last 72 hours), 1 % rolled back, 4 % PREPARED,
 0.1 % DISCARDED (appended to the discard topic), with an op log row per resolution and
 check log rows for a tenth of them, over the last two hours. Then ``txmsg serve
---no-checker`` (access control off, on loopback) serves the pages, and each page is
+--no-checker`` (access control off, on loopback) serves the pages, with
+``SUBSCRIPTIONS_PER_TOPIC`` subscriptions on each topic from its earliest offset (more
+than the overview shows, all with a backlog), and each page is
 loaded ``--loads`` times over one keep-alive connection after a warm-up load: the median
 and the slowest time to the answer's last byte, which on loopback is the server's time::
 
@@ -29,6 +31,7 @@ from bench.service import serve
 GROUPS = 10
 TOPICS = 8
 PER_TXN = 10
+SUBSCRIPTIONS_PER_TOPIC = 8
 GOAL_MS = 200.0
 
 GENERATE = """
@@ -138,6 +141,16 @@ def pages(txns: int) -> list[tuple[str, str]]:
     ]
 
 
+def subscribe(base: str) -> None:
+    session = requests.Session()
+    for t in range(TOPICS):
+        for n in range(SUBSCRIPTIONS_PER_TOPIC):
+            r = session.put(f"{base}/v1/topics/topic-{t}/subscriptions/sub-{n}",
+                            json={"initial_position": "earliest"}, timeout=60)
+            if r.status_code != 201:
+                raise RuntimeError(f"subscription: {r.status_code} {r.text[:300]}")
+
+
 def measure(base: str, path: str, loads: int) -> tuple[float, float]:
     """Median and slowest milliseconds of ``loads`` loads (after one warm-up)."""
     session = requests.Session()
@@ -167,6 +180,7 @@ def main() -> None:
               + ", ".join(f"{t} {n[0] if n else 0:,}" for t, n in counts.items()))
         with serve(url) as server:
             base = f"http://127.0.0.1:{server.port}"
+            subscribe(base)
             print(f"{'page':<36} {'median ms':>10} {'slowest ms':>11}")
             worst = 0.0
             for name, path in pages(args.transactions):

@@ -17,6 +17,7 @@ from typing import Any
 import orjson
 from sqlalchemy import Connection, Engine
 
+from app.domain import subscriptions as subs
 from app.domain.lifecycle import utcnow
 from app.domain.names import is_valid_name, is_valid_transaction_id
 from app.errors import InvalidRequest, NotFound
@@ -28,6 +29,7 @@ from app.vocabulary import State
 
 RECENT = timedelta(hours=1)
 OVERVIEW_TOPICS = 100
+OVERVIEW_SUBSCRIPTIONS = 50
 PAGE = 50
 MAX_GROUPS = 1000
 PREVIEW_BYTES = 256  # of each body in a topic page
@@ -85,6 +87,21 @@ def overview(engine: Engine, only_groups: Collection[str] | None,
         lines, {s.value: counted.get(s.value, 0) for s in State}, oldest,
         None if oldest is None else max(0.0, (now - oldest).total_seconds()),
         dict(sorted(by_result.items())), now)
+
+
+def subscriptions_with_backlog(engine: Engine, only_topics: Collection[str] | None,
+                               limit: int = OVERVIEW_SUBSCRIPTIONS) -> list[dict[str, Any]]:
+    """The subscriptions with something to consume (largest backlog first, at most
+    ``limit``), each described as the API describes it: one aggregate query for the
+    backlogs, then ``limit`` descriptions at most, never a scan of the messages."""
+    waiting = sorted(((-n, t, name) for t, name, n in subs.backlogs(engine)
+                      if n > 0 and (only_topics is None or t in only_topics)))[:limit]
+    return subs.describe_each(engine, [(topic, name) for _, topic, name in waiting])
+
+
+def topic_subscriptions(engine: Engine, topic: str) -> dict[str, Any]:
+    """The first page of a topic's subscriptions, as the API lists them."""
+    return subs.list_subscriptions(engine, topic, "", PAGE)
 
 
 @dataclass(frozen=True)

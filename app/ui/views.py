@@ -242,7 +242,9 @@ def _only(action: str) -> frozenset[str] | None:
 def overview() -> str:
     """Topics, transactions by state, the oldest PREPARED one, the last hour's checks."""
     view = dashboard.overview(state().engine, _only(PRODUCE), _only(CONSUME))
-    return render_template("overview.html", view=view)
+    waiting = dashboard.subscriptions_with_backlog(state().engine, _only(CONSUME))
+    return render_template("overview.html", view=view, waiting=waiting,
+                           waiting_limit=dashboard.OVERVIEW_SUBSCRIPTIONS)
 
 
 def _before() -> int | None:
@@ -341,7 +343,9 @@ def topic(topic: str) -> str:
         raise InvalidRequest(f"from_offset must be an offset, got {raw[:40]!r}",
                              code="invalid_query_parameter", parameter="from_offset")
     page = dashboard.browse(state().engine, topic, int(raw) if raw else None)
-    return render_template("topic.html", page=page, limit=dashboard.PAGE)
+    subscriptions = dashboard.topic_subscriptions(state().engine, topic)
+    return render_template("topic.html", page=page, limit=dashboard.PAGE,
+                           subscriptions=subscriptions)
 
 
 @bp.get("/messages/<message_id>")

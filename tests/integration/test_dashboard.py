@@ -456,3 +456,53 @@ def test_the_checker_records_each_checks_duration(harness_factory: Any) -> None:
     assert all(c.duration_ms is not None and c.duration_ms > 0 for c in logged)
     page = h.client.get("/ui/transactions/shop/slow-1").get_data(as_text=True)
     assert page.count(" ms</td>") == 3 and cb.url in page
+
+
+# -- subscriptions -------------------------------------------------------------------------
+
+def subscribe(client: Any, topic: str, name: str, **settings: Any) -> None:
+    api(client, "PUT", f"/v1/topics/{topic}/subscriptions/{name}", json=settings)
+
+
+def backlog_rows(page: str, table_id: str) -> list[list[str]]:
+    table = page.split(f'id="{table_id}"', 1)[1].split("</table>", 1)[0]
+    rows = re.findall(r"<tr>(.*?)</tr>", table.split("<tbody>", 1)[1], re.DOTALL)
+    return [[re.sub(r"<[^>]+>", "", c).strip()
+             for c in re.findall(r"<td[^>]*>(.*?)</td>", row, re.DOTALL)] for row in rows]
+
+
+def test_subscriptions_with_backlog_as_the_api_counts_them(client: Any,
+                                                           seeded: dict[str, Any]) -> None:
+    api(client, "POST", f"/v1/producer-groups/{OTHER}/transactions/o-open/commit")
+    subscribe(client, TOPIC, "billing", initial_position="earliest")
+    subscribe(client, TOPIC, "late")  # latest: nothing to consume, not on the overview
+    subscribe(client, "invoices", "ledger", initial_position="earliest")
+    received = api(client, "POST", f"/v1/topics/{TOPIC}/subscriptions/billing/receive",
+                   json={"max_messages": 1})
+    assert len(received["messages"]) == 1
+    billing = api(client, "GET", f"/v1/topics/{TOPIC}/subscriptions/billing")
+    assert (billing["backlog"], billing["in_flight"]) == (2, 1)
+
+    sign_in(client)
+    overview = text(client.get("/ui/"))
+    assert "Subscriptions with backlog" in overview
+    assert backlog_rows(overview, "subscriptions-with-backlog") == [
+        [TOPIC, "billing", "2", "1", str(billing["ack_cursor"])],
+        ["invoices", "ledger", "1", "0", "0"]]
+    topic_page = text(client.get(f"/ui/topics/{TOPIC}"))
+    assert [r[:4] for r in backlog_rows(topic_page, "subscriptions")] == [
+        ["billing", "2", "1", str(billing["ack_cursor"])], ["late", "0", "0", "2"]]
+
+    client.post("/ui/sign-out", data={"csrf_token": csrf_of(client.get("/ui/"))})
+    sign_in(client, token=make_token(client, f"consume:{TOPIC}"))
+    overview = text(client.get("/ui/"))
+    assert [r[:2] for r in backlog_rows(overview, "subscriptions-with-backlog")] == [
+        [TOPIC, "billing"]]
+    assert "ledger" not in overview
+    assert client.get("/ui/topics/invoices").status_code == 403
+
+
+def test_no_subscriptions(client: Any, seeded: dict[str, Any]) -> None:
+    sign_in(client)
+    assert "No subscription has a backlog." in text(client.get("/ui/"))
+    assert "No subscriptions." in text(client.get(f"/ui/topics/{TOPIC}"))

@@ -1,0 +1,93 @@
+"""`txmsg subscriptions list|seek` on both stores: the same descriptions and rules as
+/v1/topics/{topic}/subscriptions, a readable table or one JSON document."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from app.web import create_app
+from tests.conftest import make_settings
+from tests.integration.helpers import Txmsg, finish, register, send
+
+
+@pytest.fixture
+def client(database_url: str) -> Iterator[Any]:
+    app = create_app(make_settings(database_url))
+    try:
+        client = app.test_client()
+        register(client)
+        for i, topic in enumerate(("orders", "orders", "orders", "audit")):
+            assert send(client, transaction_id=f"tx-{i}", topic=topic, body="x").status_code == 201
+            assert finish(client, f"tx-{i}", "commit").status_code == 200
+        for topic, name in (("orders", "billing"), ("orders", "audit-trail"),
+                            ("audit", "archive")):
+            r = client.put(f"/v1/topics/{topic}/subscriptions/{name}",
+                           json={"initial_position": "earliest"})
+            assert r.status_code == 201, r.json
+        yield client
+    finally:
+        app.extensions["txmsg"].close()
+
+
+@pytest.fixture
+def txmsg(database_url: str) -> Txmsg:
+    return Txmsg(database_url)
+
+
+def api_subs(client: Any, topic: str) -> list[dict[str, Any]]:
+    r = client.get(f"/v1/topics/{topic}/subscriptions")
+    assert r.status_code == 200, r.json
+    return r.json["subscriptions"]  # type: ignore[no-any-return]
+
+
+def test_list_as_the_api_describes(client: Any, txmsg: Txmsg) -> None:
+    listed = json.loads(txmsg.run("subscriptions", "list", "--json").stdout)
+    assert listed == api_subs(client, "audit") + api_subs(client, "orders")
+    assert [(s["topic"], s["subscription"], s["backlog"]) for s in listed] == [
+        ("audit", "archive", 1), ("orders", "audit-trail", 3), ("orders", "billing", 3)]
+    only = json.loads(txmsg.run("subscriptions", "list", "--topic", "orders", "--json").stdout)
+    assert only == api_subs(client, "orders")
+    assert json.loads(txmsg.run("subscriptions", "list", "--topic", "nope", "--json")
+                      .stdout) == []
+
+    lines = txmsg.run("subscriptions", "list").stdout.splitlines()
+    assert lines[0].split() == ["topic", "subscription", "backlog", "in_flight", "ack_cursor",
+                                "created_at"]
+    assert [line.split()[:5] for line in lines[1:]] == [
+        ["audit", "archive", "1", "0", "0"], ["orders", "audit-trail", "3", "0", "0"],
+        ["orders", "billing", "3", "0", "0"]]
+    assert lines[0].index("backlog") == lines[1].index("1")
+
+
+def test_seek_through_the_console_script(client: Any, txmsg: Txmsg) -> None:
+    done = txmsg.script("subscriptions", "seek", "orders", "billing", "2", "--json")
+    described = json.loads(done.stdout)
+    assert (described["ack_cursor"], described["backlog"]) == (2, 1)
+    assert [s for s in api_subs(client, "orders") if s["subscription"] == "billing"] == [
+        described]
+    lines = txmsg.run("subscriptions", "seek", "orders", "billing", "0").stdout.splitlines()
+    assert "backlog:      3" in lines
+    unknown = txmsg.script("subscriptions", "seek", "orders", "nope", "1", code=1)
+    assert unknown.stdout == ""
+    assert unknown.stderr.strip().splitlines() == [
+        "txmsg: subscription_not_found: no subscription 'nope' on topic 'orders'"]
+
+
+@pytest.mark.parametrize(("args", "code"), [
+    (("orders", "nope", "1"), "subscription_not_found"),
+    (("nope", "billing", "1"), "subscription_not_found"),
+    (("--", "orders", "billing", "-1"), "out_of_range"),
+    (("orders", "billing", "x"), "invalid_type"),
+    (("RMQ_SYS_TRANS_HALF_TOPIC", "billing", "1"), "reserved_topic"),
+    (("no spaces", "billing", "1"), "invalid_topic"),
+])
+def test_seek_refusals_change_nothing(client: Any, txmsg: Txmsg, args: tuple[str, ...],
+                                      code: str) -> None:
+    before = api_subs(client, "orders")
+    result = txmsg.run("subscriptions", "seek", *args, code=1)
+    assert result.output.startswith(f"txmsg: {code}: ") and result.output.count("\n") == 1
+    assert api_subs(client, "orders") == before
