@@ -138,11 +138,11 @@ class Api:
             await self._refuse(send, scope, RequestURITooLarge(
                 f"the request's path and query exceed {MAX_TARGET_BYTES} bytes"))
             return
-        match = self._match(scope) if self._hot else None
+        match = self._match(scope, _ROUTE) if self._hot else None
         if match is not None and match.group(3) is not None:  # commit, rollback: no body
             await self._serve(scope, match, b"", send)
             return
-        receiving = self._match_receive(scope) if self._hot and match is None else None
+        receiving = self._match(scope, _RECEIVE) if self._hot and match is None else None
         route = (_RULES[match.group(3)] if match is not None
                  else RECEIVE_RULE if receiving is not None else telemetry.UNMATCHED)
         raw = await self._read_body(scope, receive, send, head, route)
@@ -156,20 +156,13 @@ class Api:
             pool = self._probes if path == "/readyz" else self._flask
             await pool(scope, _replay(raw), send)
 
-    def _match(self, scope: HTTPScope) -> re.Match[str] | None:
+    @staticmethod
+    def _match(scope: HTTPScope, route: re.Pattern[str]) -> re.Match[str] | None:
+        """``route``'s match of a POST this front serves exactly as Flask would."""
         if scope["method"] != "POST" or scope.get("root_path"):
             return None
         path = scope["path"]
-        match = _ROUTE.fullmatch(path)
-        if match is None or not path.isascii():
-            return None
-        return match
-
-    def _match_receive(self, scope: HTTPScope) -> re.Match[str] | None:
-        if scope["method"] != "POST" or scope.get("root_path"):
-            return None
-        path = scope["path"]
-        match = _RECEIVE.fullmatch(path)
+        match = route.fullmatch(path)
         if match is None or not path.isascii():
             return None
         return match
