@@ -7,8 +7,10 @@ nack, makes the message deliverable again after the backoff (``min_ms × 2^r`` f
 message delivered with ``redelivery_count`` r, at most ``max_ms``) or the nack's delay.
 A message due for its delivery number ``2 + max_redeliveries`` is appended to the
 dead-letter topic instead, and counts as acknowledged, in the same database transaction
-that decided it: with the subscription row locked, two receives can neither deliver one
-offset twice nor dead-letter it twice, in one process or several.
+that decided it: receives take turns on the subscription row and lock the offset rows they
+deliver again or dead-letter, so two receives can neither deliver one offset twice nor
+dead-letter it twice, in one process or several. Acks, nacks and renews lock only the
+offset rows they change, so they do not wait for receives (``app.storage.subscriptions``).
 
 The state kept is Pulsar's "individually deleted messages": a cursor below which all is
 acknowledged, and one row per offset above it that was looked at
@@ -173,11 +175,13 @@ def _settings(row: AnyRow) -> dict[str, Any]:
 
 def _describe(conn: Connection, row: AnyRow, now: datetime) -> dict[str, Any]:
     first, nxt = store.topic_ends(conn, row.topic)
-    acked, in_flight = store.counts(conn, row.id, now)
-    cursor = max(row.ack_cursor, first)
-    backlog = max(0, nxt - cursor - acked)
-    return {**_settings(row), "backlog": backlog, "in_flight": in_flight,
-            "ack_cursor": cursor, "created_at": row.created_at}
+    held = store.counts(conn, row.id, now)
+    backlog = max(0, nxt - max(row.ack_cursor, first) - held.acked)
+    # the stored cursor may lag behind acks (it moves when the subscription row is free):
+    # the cursor shown is where it would be now
+    cursor = row.read_offset if held.lowest_open is None else held.lowest_open
+    return {**_settings(row), "backlog": backlog, "in_flight": held.leased,
+            "ack_cursor": max(cursor, row.ack_cursor, first), "created_at": row.created_at}
 
 
 def _found(conn: Connection, topic: str, name: str, *, lock: bool = False) -> AnyRow:
@@ -297,7 +301,7 @@ def _receive(conn: Connection, sub: AnyRow, max_messages: int, max_bytes: int) -
         store.drop_below(conn, sub.id, first)
         cursor, read = first, max(read, first)
         store.change(conn, sub.id, {"ack_cursor": cursor, "read_offset": read})
-        cursor = store.advance(conn, sub.id, cursor, read)
+    cursor = store.advance(conn, sub.id, cursor, read)  # over what acks left behind
     spent = 1 + sub.max_redeliveries
     # usually nothing is due: one look instead of two
     any_due = store.any_row_due(conn, sub.id, now)
@@ -349,6 +353,11 @@ def _receive(conn: Connection, sub: AnyRow, max_messages: int, max_bytes: int) -
                                for o, n in picked[:redelivered]])
     if read != sub.read_offset:
         store.change(conn, sub.id, {"read_offset": read})
+    if not dead:
+        # what a receive records is leases: lost in a crash, its messages are delivered
+        # again, as after an ack timeout. A dead-lettering receive appends to a topic and
+        # waits for its flush, as a commit does.
+        store.commit_without_flush(conn)
     counts = dict(picked)
     rows = store.messages(conn, topic, [o for o, _ in picked])
     return Received([{**message_fields(r), "redelivery_count": counts[r.queue_offset]}
@@ -410,15 +419,26 @@ def ack(engine: Engine, topic: str, name: str, offsets: Sequence[int]) -> int:
     """Acknowledge offsets (those delivered, not yet acknowledged, not held by a
     transaction); how many were newly acknowledged.
 
-    The cursor moves only when the offset at it is acknowledged: every transaction that
-    holds the subscription's lock leaves the offset at the cursor unacknowledged (or the
-    cursor at the read offset), so other acks cannot let it move and skip the look."""
+    The ack locks only its offset rows and commits; then, if it acknowledged anything, the
+    cursor moves over the acknowledged head in a second, short transaction, unless a
+    receive (which moves it too) holds the subscription row right now."""
     with write_transaction(engine) as conn:
-        sub = _locked(conn, topic, name)
+        sub = _found(conn, topic, name)
         n = store.acknowledge(conn, sub.id, offsets)
-        if n and sub.ack_cursor in offsets:
+    if n:
+        _advance_unless_busy(engine, sub.id)
+    return n
+
+
+def _advance_unless_busy(engine: Engine, sub_id: int) -> None:
+    """Move the cursor over the acknowledged head, unless the subscription row is locked.
+    Derived state: lost in a crash, the next move recomputes it, so it does not wait for
+    its flush."""
+    with write_transaction(engine) as conn:
+        sub = store.lock_unless_busy(conn, sub_id)
+        if sub is not None and store.lowest_open(conn, sub_id) != sub.ack_cursor:
             store.advance(conn, sub.id, sub.ack_cursor, sub.read_offset)
-        return n
+            store.commit_without_flush(conn)
 
 
 @wraps_db_errors
@@ -427,7 +447,7 @@ def nack(engine: Engine, topic: str, name: str, offsets: Sequence[int],
     """Give leased messages back, deliverable after ``delay_ms`` or the backoff; how many."""
     now = utcnow()
     with write_transaction(engine) as conn:
-        sub = _locked(conn, topic, name)
+        sub = _found(conn, topic, name)
         changes = []
         for r in store.rows_at(conn, sub.id, offsets):
             if r.held_by is not None or r.leased_until is None or r.leased_until <= now:
@@ -444,7 +464,7 @@ def renew(engine: Engine, topic: str, name: str, offsets: Sequence[int]) -> int:
     """Leases still held on these offsets run for another ack timeout; how many."""
     now = utcnow()
     with write_transaction(engine) as conn:
-        sub = _locked(conn, topic, name)
+        sub = _found(conn, topic, name)
         until = now + timedelta(milliseconds=sub.ack_timeout_ms)
         changes = [(r.queue_offset, until, until + _backoff(sub, r.deliveries - 1))
                    for r in store.rows_at(conn, sub.id, offsets)
@@ -522,7 +542,7 @@ def hold_acks(conn: Connection, txn_id: int, acks: dict[tuple[str, str], list[in
     transaction holds. How many offsets are held."""
     held = 0
     for (topic, name), offsets in acks.items():  # sorted: locks in a fixed order
-        sub = _found(conn, topic, name, lock=True)
+        sub = _found(conn, topic, name)
         rows = store.states_at(conn, sub.id, offsets)
         for offset in offsets:
             row = rows.get(offset)
@@ -542,19 +562,15 @@ def hold_acks(conn: Connection, txn_id: int, acks: dict[tuple[str, str], list[in
 def settle_acks(conn: Connection, committed: Sequence[int], released: Sequence[int]
                 ) -> set[str]:
     """In a finish batch, before it publishes: what committed transactions held becomes
-    acknowledged (their cursors move), what rolled back or discarded ones held is
-    deliverable again at once. Subscription rows are locked first, as a receive locks
-    them, so the two cannot deadlock. The topics where offsets were released (their
-    waiting receives may look again at once)."""
-    every = [*committed, *released]
-    if not every:
-        return set()
-    subs = store.lock_holders(conn, every)
+    acknowledged, what rolled back or discarded ones held is deliverable again at once.
+    Only the held offset rows are touched (no other writer locks a held row), not the
+    subscription rows: the cursors move at the subscriptions' next receive or ack. The
+    topics where offsets were released (their waiting receives may look again at once)."""
     topics: set[str] = set()
-    if released and store.settle(conn, released, commit=False):
-        topics = {sub.topic for sub in subs}
+    if released:
+        holding = store.holders(conn, released)
+        if store.settle(conn, released, commit=False):
+            topics = set(holding)
     if committed:
         store.settle(conn, committed, commit=True)
-        for sub in subs:
-            store.advance(conn, sub.id, sub.ack_cursor, sub.read_offset)
     return topics

@@ -2,19 +2,26 @@
 the committed log.
 
 A subscription's state is its row (the ack cursor, the read offset) and one
-``subscription_offset`` row per offset in ``[ack_cursor, read_offset)``. Every function
-that changes them runs in a transaction that first locks the subscription row
-(``lock``): on PostgreSQL ``FOR UPDATE``, on SQLite the write transaction's
-``BEGIN IMMEDIATE``. Receives, acks and dead-lettering of one subscription are thus
-serialized; ``SKIP LOCKED`` on the offset rows would not be enough, since the offsets a
-receive takes first have no row yet (it creates them).
+``subscription_offset`` row per offset in ``[ack_cursor, read_offset)``. Two kinds of
+lock keep it consistent with several receivers, in one process or several:
+
+- a receive, a seek, retention and moving the cursor lock the subscription row (``lock``;
+  on PostgreSQL ``FOR UPDATE``, on SQLite the write transaction's ``BEGIN IMMEDIATE``):
+  they read or move ``read_offset`` and the cursor, so they take turns. ``SKIP LOCKED``
+  on the offset rows alone would not be enough for a receive, since the offsets it takes
+  first have no row yet (it creates them);
+- an ack, a nack, a renew and a transactional hold lock only the offset rows they change
+  (``FOR UPDATE``, in offset order), and so does a receive for the rows it delivers again
+  or dead-letters. They never wait for the subscription row, so acks do not queue behind
+  receives, and every statement that changes an offset row re-reads its state under the
+  row lock (PostgreSQL re-checks the ``WHERE`` of a locked row that changed meanwhile).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import Connection, Select, and_, bindparam, delete, func, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
@@ -85,13 +92,20 @@ def first_offset(conn: Connection, topic: str) -> int:
                         .where(topic_retention.c.topic == topic)).scalar_one_or_none() or 0
 
 
-def counts(conn: Connection, sub_id: int, now: datetime) -> tuple[int, int]:
-    """(offset rows acknowledged, offset rows leased now) of a subscription."""
-    acked, leased = conn.execute(
+class Counts(NamedTuple):
+    acked: int               # offset rows acknowledged
+    leased: int              # offset rows leased now
+    lowest_open: int | None  # the lowest offset row not acknowledged
+
+
+def counts(conn: Connection, sub_id: int, now: datetime) -> Counts:
+    """What a subscription's offset rows hold."""
+    acked, leased, lowest = conn.execute(
         select(func.count().filter(so.c.acked),
-               func.count().filter(~so.c.acked, so.c.leased_until > now))
+               func.count().filter(~so.c.acked, so.c.leased_until > now),
+               func.min(so.c.queue_offset).filter(~so.c.acked))
         .where(so.c.subscription_id == sub_id)).one()
-    return int(acked), int(leased)
+    return Counts(int(acked), int(leased), None if lowest is None else int(lowest))
 
 
 # -- offsets -----------------------------------------------------------------------------
@@ -105,7 +119,8 @@ def due(conn: Connection, sub_id: int, topic: str, now: datetime, limit: int, *,
         dead_from: int | None = None, live_below: int | None = None) -> list[AnyRow]:
     """Offset rows deliverable now (not acknowledged, not held, their time come), lowest
     first, with their message's body size: those delivered at least ``dead_from`` times,
-    or those delivered fewer than ``live_below`` times."""
+    or those delivered fewer than ``live_below`` times. Locked: an ack that came first
+    leaves them out, one that comes later waits for this transaction."""
     stmt = (select(so.c.queue_offset, so.c.deliveries, _size())
             .select_from(so.join(message_log, and_(message_log.c.topic == topic,
                                                   message_log.c.queue_offset == so.c.queue_offset))
@@ -117,7 +132,12 @@ def due(conn: Connection, sub_id: int, topic: str, now: datetime, limit: int, *,
         stmt = stmt.where(so.c.deliveries >= dead_from)
     if live_below is not None:
         stmt = stmt.where(so.c.deliveries < live_below)
-    return list(conn.execute(stmt))
+    return list(conn.execute(_locking(conn, stmt)))
+
+
+def _locking(conn: Connection, stmt: Select[Any]) -> Select[Any]:
+    """``stmt`` locking the offset rows it reads (PostgreSQL; SQLite's writers take turns)."""
+    return stmt.with_for_update(of=so) if is_pg(conn) else stmt
 
 
 def scan(conn: Connection, topic: str, from_offset: int, limit: int) -> list[AnyRow]:
@@ -192,36 +212,47 @@ def reschedule(conn: Connection, sub_id: int,
 
 
 def rows_at(conn: Connection, sub_id: int, offsets: Iterable[int]) -> list[AnyRow]:
-    """The offset rows at these offsets that are not acknowledged, lowest first."""
+    """The offset rows at these offsets that are neither acknowledged nor held by a
+    transaction, lowest first, locked.
+
+    Every writer of offset rows but the settling of held ones locks them this way, in
+    offset order and never a held row, so two writers cannot deadlock, and a finish batch
+    that settles held rows never waits for one."""
     wanted = sorted(set(offsets))
     if not wanted:
         return []
-    return list(conn.execute(
-        select(so).where(so.c.subscription_id == sub_id, ~so.c.acked,
-                         so.c.queue_offset.in_(wanted)).order_by(so.c.queue_offset)))
+    return list(conn.execute(_locking(conn, (
+        select(so).where(so.c.subscription_id == sub_id, ~so.c.acked, so.c.held_by.is_(None),
+                         so.c.queue_offset.in_(wanted)).order_by(so.c.queue_offset)))))
 
 
-def acknowledge(conn: Connection, sub_id: int, offsets: Iterable[int], *,
-                held_by: int | None = None) -> int:
-    """Mark these offsets acknowledged (only those held by ``held_by`` if given, else only
-    those no transaction holds); how many were not before."""
-    wanted = sorted(set(offsets))
+def acknowledge(conn: Connection, sub_id: int, offsets: Iterable[int]) -> int:
+    """Mark these offsets acknowledged (only those no transaction holds); how many were
+    not before."""
+    wanted = [r.queue_offset for r in rows_at(conn, sub_id, offsets)]
     if not wanted:
         return 0
-    held = so.c.held_by.is_(None) if held_by is None else so.c.held_by == held_by
     return int(conn.execute(
-        update(so).where(so.c.subscription_id == sub_id, ~so.c.acked, held,
+        update(so).where(so.c.subscription_id == sub_id, ~so.c.acked, so.c.held_by.is_(None),
                          so.c.queue_offset.in_(wanted))
         .values(acked=True, leased_until=None, next_at=None, held_by=None)).rowcount)
 
 
+def lowest_open(conn: Connection, sub_id: int) -> int | None:
+    """The lowest offset row not acknowledged."""
+    return conn.execute(select(func.min(so.c.queue_offset))
+                        .where(so.c.subscription_id == sub_id, ~so.c.acked)).scalar_one_or_none()
+
+
 def advance(conn: Connection, sub_id: int, cursor: int, read: int) -> int:
     """Move the ack cursor over the acknowledged offsets at its head and delete their
-    rows; the new cursor."""
-    lowest_open = conn.execute(
-        select(func.min(so.c.queue_offset))
-        .where(so.c.subscription_id == sub_id, ~so.c.acked)).scalar_one_or_none()
-    new = read if lowest_open is None else min(int(lowest_open), read)
+    rows; the new cursor. Needs the subscription row locked.
+
+    An ack running meanwhile can only make the head look less acknowledged than it is
+    (its rows are not acknowledged until it commits), so the cursor never passes an
+    offset that is not acknowledged."""
+    lowest = lowest_open(conn, sub_id)
+    new = read if lowest is None else min(int(lowest), read)
     if new > cursor:
         conn.execute(delete(so).where(so.c.subscription_id == sub_id, so.c.queue_offset < new))
         conn.execute(update(subscription).where(subscription.c.id == sub_id)
@@ -303,9 +334,13 @@ def backlogs(conn: Connection) -> list[AnyRow]:
 
 
 def states_at(conn: Connection, sub_id: int, offsets: Sequence[int]) -> dict[int, AnyRow]:
-    """The offset rows at these offsets, whatever their state, by offset."""
-    return {r.queue_offset: r for r in conn.execute(
-        select(so).where(so.c.subscription_id == sub_id, so.c.queue_offset.in_(offsets)))}
+    """The offset rows at these offsets, whatever their state, by offset: those no
+    transaction holds locked (see ``rows_at``), then the others as they are."""
+    at = and_(so.c.subscription_id == sub_id, so.c.queue_offset.in_(offsets))
+    free = {r.queue_offset: r for r in conn.execute(_locking(conn, (
+        select(so).where(at, so.c.held_by.is_(None)).order_by(so.c.queue_offset))))}
+    held = conn.execute(select(so).where(at, so.c.queue_offset.not_in(list(free))))
+    return {**free, **{r.queue_offset: r for r in held}}
 
 
 def hold(conn: Connection, sub_id: int, offsets: Sequence[int], txn_id: int) -> None:
@@ -313,13 +348,11 @@ def hold(conn: Connection, sub_id: int, offsets: Sequence[int], txn_id: int) -> 
                  .values(held_by=txn_id))
 
 
-def lock_holders(conn: Connection, txn_ids: Sequence[int]) -> list[AnyRow]:
-    """The subscriptions where these transactions hold offsets, locked in id order."""
+def holders(conn: Connection, txn_ids: Sequence[int]) -> list[str]:
+    """The topics of the subscriptions where these transactions hold offsets."""
     ids = select(so.c.subscription_id).where(so.c.held_by.in_(txn_ids)).distinct()
-    stmt = select(subscription).where(subscription.c.id.in_(ids)).order_by(subscription.c.id)
-    if is_pg(conn):
-        stmt = stmt.with_for_update()
-    return list(conn.execute(stmt))
+    return list(conn.execute(select(subscription.c.topic).distinct()
+                             .where(subscription.c.id.in_(ids))).scalars())
 
 
 def settle(conn: Connection, txn_ids: Sequence[int], *, commit: bool) -> int:
@@ -330,6 +363,24 @@ def settle(conn: Connection, txn_ids: Sequence[int], *, commit: bool) -> int:
         values["acked"] = True
     return int(conn.execute(update(so).where(so.c.held_by.in_(txn_ids)).values(**values))
                .rowcount)
+
+
+def lock_unless_busy(conn: Connection, sub_id: int) -> AnyRow | None:
+    """The subscription row, locked; None when another transaction holds it (on
+    PostgreSQL; SQLite's write transaction already excludes every other writer)."""
+    stmt = select(subscription).where(subscription.c.id == sub_id)
+    if is_pg(conn):
+        stmt = stmt.with_for_update(skip_locked=True)
+    return conn.execute(stmt).first()
+
+
+def commit_without_flush(conn: Connection) -> None:
+    """Let this transaction's commit return before its WAL reaches the disk (PostgreSQL's
+    ``synchronous_commit`` for this transaction only). Only for transactions whose loss in
+    a crash is harmless: the database still applies them whole or not at all, in order,
+    and the next transaction that does wait for its flush makes them durable too."""
+    if is_pg(conn):
+        conn.exec_driver_sql("SET LOCAL synchronous_commit TO off")
 
 
 def any_row_due(conn: Connection, sub_id: int, now: datetime) -> bool:
