@@ -287,12 +287,29 @@ class Received:
 def receive(engine: Engine, topic: str, name: str, max_messages: int,
             max_bytes: int) -> Received:
     """Lease up to ``max_messages`` deliverable messages (at most ``max_bytes`` of bodies,
-    but at least one), lowest offsets first; dead-letter those whose deliveries are spent."""
+    but at least one), lowest offsets first; dead-letter those whose deliveries are spent.
+
+    The leases are taken with the subscription row locked; the messages are read after
+    that transaction, so that the next receive need not wait while these are read and
+    shaped. A message that retention deletes in between is left out (it expired)."""
     with write_transaction(engine) as conn:
-        return _receive(conn, _found(conn, topic, name, lock=True), max_messages, max_bytes)
+        leased = _lease(conn, _found(conn, topic, name, lock=True), max_messages, max_bytes)
+    if not leased.picked:
+        return leased.received
+    with engine.connect() as conn:
+        rows = store.messages(conn, topic, list(leased.picked))
+    leased.received.messages = [
+        {**message_fields(r), "redelivery_count": leased.picked[r.queue_offset]} for r in rows]
+    return leased.received
 
 
-def _receive(conn: Connection, sub: AnyRow, max_messages: int, max_bytes: int) -> Received:
+@dataclass
+class _Leased:
+    received: Received
+    picked: dict[int, int]  # offset: redelivery count
+
+
+def _lease(conn: Connection, sub: AnyRow, max_messages: int, max_bytes: int) -> _Leased:
     now = utcnow()
     topic = sub.topic
     cursor, read = sub.ack_cursor, sub.read_offset
@@ -358,10 +375,7 @@ def _receive(conn: Connection, sub: AnyRow, max_messages: int, max_bytes: int) -
         # again, as after an ack timeout. A dead-lettering receive appends to a topic and
         # waits for its flush, as a commit does.
         store.commit_without_flush(conn)
-    counts = dict(picked)
-    rows = store.messages(conn, topic, [o for o, _ in picked])
-    return Received([{**message_fields(r), "redelivery_count": counts[r.queue_offset]}
-                     for r in rows], len(dead), sub.dead_letter_topic, redelivered)
+    return _Leased(Received([], len(dead), sub.dead_letter_topic, redelivered), dict(picked))
 
 
 def _row(sub_id: int, offset: int, deliveries: int, until: datetime | None,
@@ -419,13 +433,13 @@ def ack(engine: Engine, topic: str, name: str, offsets: Sequence[int]) -> int:
     """Acknowledge offsets (those delivered, not yet acknowledged, not held by a
     transaction); how many were newly acknowledged.
 
-    The ack locks only its offset rows and commits; then, if it acknowledged anything, the
-    cursor moves over the acknowledged head in a second, short transaction, unless a
-    receive (which moves it too) holds the subscription row right now."""
+    The ack locks only its offset rows and commits; then, if it acknowledged the offset at
+    the cursor, the cursor moves over the acknowledged head in a second, short
+    transaction, unless a receive (which moves it too) holds the subscription row now."""
     with write_transaction(engine) as conn:
         sub = _found(conn, topic, name)
         n = store.acknowledge(conn, sub.id, offsets)
-    if n:
+    if n and sub.ack_cursor in offsets:  # else the cursor stays (or a receive moves it)
         _advance_unless_busy(engine, sub.id)
     return n
 

@@ -228,13 +228,15 @@ def rows_at(conn: Connection, sub_id: int, offsets: Iterable[int]) -> list[AnyRo
 
 def acknowledge(conn: Connection, sub_id: int, offsets: Iterable[int]) -> int:
     """Mark these offsets acknowledged (only those no transaction holds); how many were
-    not before."""
-    wanted = [r.queue_offset for r in rows_at(conn, sub_id, offsets)]
+    not before. One statement, whose subquery locks the rows as ``rows_at`` does."""
+    wanted = sorted(set(offsets))
     if not wanted:
         return 0
+    free = and_(so.c.subscription_id == sub_id, ~so.c.acked, so.c.held_by.is_(None))
+    locked = _locking(conn, select(so.c.queue_offset).where(free, so.c.queue_offset.in_(wanted))
+                      .order_by(so.c.queue_offset))
     return int(conn.execute(
-        update(so).where(so.c.subscription_id == sub_id, ~so.c.acked, so.c.held_by.is_(None),
-                         so.c.queue_offset.in_(wanted))
+        update(so).where(free, so.c.queue_offset.in_(locked))
         .values(acked=True, leased_until=None, next_at=None, held_by=None)).rowcount)
 
 
