@@ -55,13 +55,6 @@ VALUES ('bench', '["http://127.0.0.1:9/check"]', 3000, now(), now())
 
 # messages first+1 .. first+rows (first a multiple of PER_TXN)
 GENERATE_ROWS = """
--- the rows are consistent by construction: skip the per-row foreign key triggers (superuser only)
-DO $$ BEGIN
-  IF current_setting('is_superuser') = 'on' THEN
-    PERFORM set_config('session_replication_role', 'replica', true);
-  END IF;
-END $$;
-
 INSERT INTO txn (id, producer_group, transaction_id, state, fingerprint, message_count,
                  check_url, check_immunity_seconds, check_times, next_check_at, created_at,
                  resolved_at)

@@ -288,11 +288,15 @@ def expire_transactions(conn: Connection, txn_ids: Sequence[int], cutoff: dateti
     gone = [i for i in due if i not in referenced]
     if not gone:
         return Deleted(0, 0, 0, 0)
+    # the transactions first: no foreign key orders the deletes (see app.storage.schema),
+    # and this one waits for a check being recorded under one of these rows (which
+    # updates the row, then inserts its check record), whose record the DELETE below
+    # then sees; a check recorded after it finds the row gone and writes nothing
+    txns = conn.execute(delete(txn).where(_among(conn, txn.c.id, gone))).rowcount
     checks = conn.execute(delete(check_log).where(_among(conn, check_log.c.txn_id, gone))).rowcount
     ops = conn.execute(delete(op_log).where(_among(conn, op_log.c.txn_id, gone))).rowcount
     messages = conn.execute(delete(half_message)
                             .where(_among(conn, half_message.c.txn_id, gone))).rowcount
-    txns = conn.execute(delete(txn).where(_among(conn, txn.c.id, gone))).rowcount
     return Deleted(txns, messages, ops, checks)
 
 

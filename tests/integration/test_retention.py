@@ -10,13 +10,13 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine, select, update
+from sqlalchemy import Engine, insert, select, text, update
 
 from app.config import Settings
 from app.domain.lifecycle import utcnow
 from app.domain.names import DISCARD_TOPIC
 from app.domain.retention import Retention
-from app.storage.schema import message_log, txn
+from app.storage.schema import check_log, message_log, txn
 from app.vocabulary import Op
 from tests.conftest import make_settings
 from tests.integration.helpers import finish, register, row_counts, send
@@ -189,6 +189,46 @@ def test_check_records_go_with_their_transaction(client, app) -> None:  # type: 
     assert retention(app, later=2 * HOUR).run() == Counter(
         transactions=1, half_messages=1, op_records=1, check_records=1)
     assert row_counts(engine_of(app))["check_log"] == 0
+
+
+@pytest.mark.parametrize("database_url", ["postgres"], indirect=True)
+def test_a_check_recorded_while_its_transaction_goes_goes_too(client, app) -> None:  # type: ignore[no-untyped-def]
+    """No foreign key guards ``check_log``: a check recorded (the transaction's row
+    updated, then its record inserted) while retention deletes the transaction must not
+    leave its record behind. On SQLite the two cannot overlap (one write lock)."""
+    from app.storage import retention as store
+    from app.storage.db import write_transaction
+    from tests.callbacks import wait_until
+
+    engine = engine_of(app)
+    register(client)
+    send(client, transaction_id="checked")
+    finish(client, "checked", "rollback")
+    backdate(engine, 2)
+    with engine.connect() as conn:
+        txn_id = conn.execute(select(txn.c.id)).scalar_one()
+    gone: list[store.Deleted] = []
+
+    def expire() -> None:
+        with write_transaction(engine) as conn:
+            gone.append(store.expire_transactions(conn, [txn_id], utcnow()))
+
+    def waiting() -> int:
+        with engine.connect() as conn:
+            return conn.execute(text(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                " AND wait_event_type = 'Lock'")).scalar_one()
+
+    worker = threading.Thread(target=expire)
+    with engine.connect() as recorder, recorder.begin():
+        recorder.execute(update(txn).where(txn.c.id == txn_id).values(check_times=1))
+        worker.start()
+        wait_until(waiting, what="retention waiting for the transaction's row")
+        recorder.execute(insert(check_log).values(
+            txn_id=txn_id, check_times=1, result="UNKNOWN", created_at=utcnow()))
+    worker.join(timeout=30)
+    assert gone == [store.Deleted(1, 1, 1, 1)]
+    assert data_rows(app) == dict.fromkeys(DATA_TABLES, 0)
 
 
 def test_several_workers_share_a_backlog_and_count_each_row_once(client, app) -> None:  # type: ignore[no-untyped-def]
