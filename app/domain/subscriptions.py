@@ -175,12 +175,12 @@ def _settings(row: AnyRow) -> dict[str, Any]:
 
 def _describe(conn: Connection, row: AnyRow, now: datetime) -> dict[str, Any]:
     first, nxt = store.topic_ends(conn, row.topic)
-    held = store.counts(conn, row.id, now)
-    backlog = max(0, nxt - max(row.ack_cursor, first) - held.acked)
+    rows = store.counts(conn, row.id, now, first)
+    backlog = max(0, nxt - max(row.read_offset, first)) + rows.open
     # the stored cursor may lag behind acks (it moves when the subscription row is free):
-    # the cursor shown is where it would be now
-    cursor = row.read_offset if held.lowest_open is None else held.lowest_open
-    return {**_settings(row), "backlog": backlog, "in_flight": held.leased,
+    # the cursor shown is where it is now
+    cursor = row.read_offset if rows.lowest_open is None else rows.lowest_open
+    return {**_settings(row), "backlog": backlog, "in_flight": rows.leased,
             "ack_cursor": max(cursor, row.ack_cursor, first), "created_at": row.created_at}
 
 
@@ -341,7 +341,7 @@ def _lease(conn: Connection, sub: AnyRow, max_messages: int, max_bytes: int) -> 
         picked.append((r.queue_offset, r.deliveries))
         used += r.size
     redelivered = len(picked)
-    new_rows: list[dict[str, Any]] = []
+    delayed: list[dict[str, Any]] = []
     scanned = 0
     while not full and len(picked) < max_messages and scanned < _SCAN_ROWS:
         window = max_messages - len(picked)
@@ -351,7 +351,9 @@ def _lease(conn: Connection, sub: AnyRow, max_messages: int, max_bytes: int) -> 
         scanned += len(batch)
         for m in batch:
             if m.deliver_at is not None and m.deliver_at > now:
-                new_rows.append(_row(sub.id, m.queue_offset, 0, None, m.deliver_at))
+                delayed.append({"subscription_id": sub.id, "queue_offset": m.queue_offset,
+                                "deliveries": 0, "leased_until": None,
+                                "next_at": m.deliver_at, "held_by": None})
                 read = m.queue_offset + 1
                 continue
             if picked and used + m.size > max_bytes:
@@ -360,12 +362,13 @@ def _lease(conn: Connection, sub: AnyRow, max_messages: int, max_bytes: int) -> 
             picked.append((m.queue_offset, 0))
             used += m.size
             read = m.queue_offset + 1
-            new_rows.append(_row(sub.id, m.queue_offset, 1, until, until + _backoff(sub, 0)))
             if len(picked) == max_messages:
                 break
         if len(batch) < window:  # offsets are dense: nothing committed past it yet
             break
-    store.add_offsets(conn, new_rows)
+    store.add_offsets(conn, delayed)
+    store.add_leased(conn, sub.id, [o for o, _ in picked[redelivered:]], until,
+                     until + _backoff(sub, 0))
     store.lease(conn, sub.id, [(o, until, until + _backoff(sub, n))
                                for o, n in picked[:redelivered]])
     if read != sub.read_offset:
@@ -376,13 +379,6 @@ def _lease(conn: Connection, sub: AnyRow, max_messages: int, max_bytes: int) -> 
         # waits for its flush, as a commit does.
         store.commit_without_flush(conn)
     return _Leased(Received([], len(dead), sub.dead_letter_topic, redelivered), dict(picked))
-
-
-def _row(sub_id: int, offset: int, deliveries: int, until: datetime | None,
-         next_at: datetime | None) -> dict[str, Any]:
-    return {"subscription_id": sub_id, "queue_offset": offset, "acked": False,
-            "deliveries": deliveries, "leased_until": until, "next_at": next_at,
-            "held_by": None}
 
 
 def _backoff(sub: AnyRow, redelivery_count: int) -> timedelta:
@@ -560,7 +556,7 @@ def hold_acks(conn: Connection, txn_id: int, acks: dict[tuple[str, str], list[in
         rows = store.states_at(conn, sub.id, offsets)
         for offset in offsets:
             row = rows.get(offset)
-            if row is None or row.acked or row.deliveries == 0:
+            if row is None or row.deliveries == 0:
                 raise Conflict(f"offset {offset} of subscription {name!r} on {topic!r} is not "
                                "delivered and unacknowledged", code="ack_not_pending",
                                topic=topic, subscription=name, offset=offset)

@@ -15,10 +15,11 @@ Table groups:
   (``queue_offset``) handed out from a per-topic counter row inside the commit.
 - ``api_token``: scoped bearer tokens; the secret itself is never stored, only its hash.
 - ``subscription`` and ``subscription_offset``: shared subscriptions (``app.storage.subscriptions``).
-  A subscription is a cursor (every offset below ``ack_cursor`` is acknowledged) plus one
-  row per offset above it that was looked at (leased, acknowledged out of order, nacked,
-  delayed, held by a transaction): Pulsar's "individually deleted messages". Rows below
-  the cursor are deleted as it moves, so storage follows what is in flight, not history.
+  A subscription is a cursor (every offset below ``ack_cursor`` is acknowledged), a read
+  offset (none from it on was looked at) plus one row per offset between them that is
+  not acknowledged (leased, nacked, delayed, held by a transaction): an ack deletes its
+  row, so what is stored is what is in flight (Pulsar's "individually deleted messages"
+  the other way round: the ones not deleted yet), not history.
 - ``topic_retention``, ``retention_pending`` and ``retention_cursor``: what retention needs
   (``app.storage.retention``): each topic's first retained offset and retention, the
   transactions whose committed log rows were just deleted, and how far the walk over
@@ -51,7 +52,6 @@ from sqlalchemy import (
     Column,
     DateTime,
     Float,
-    ForeignKey,
     Index,
     Integer,
     LargeBinary,
@@ -284,8 +284,8 @@ subscription = Table(
     Column("dead_letter_topic", NAME, nullable=False),
     # the lowest unacknowledged offset: every offset below it is acknowledged
     Column("ack_cursor", BigInteger, nullable=False),
-    # every offset in [ack_cursor, read_offset) has a subscription_offset row, none above
-    # has one: offsets from read_offset on were never looked at
+    # offsets from read_offset on were never looked at; below it, one without a
+    # subscription_offset row is acknowledged
     Column("read_offset", BigInteger, nullable=False),
     Column("created_at", UTCDateTime, nullable=False),
     Column("updated_at", UTCDateTime, nullable=False),
@@ -295,9 +295,10 @@ subscription = Table(
 subscription_offset = Table(
     "subscription_offset",
     metadata,
-    Column("subscription_id", BigId, ForeignKey("subscription.id"), primary_key=True),
+    # no foreign key: a receive inserts up to a thousand rows at once (one trigger query
+    # each); a subscription's rows are deleted with it, in the same transaction
+    Column("subscription_id", BigId, primary_key=True),
     Column("queue_offset", BigInteger, primary_key=True, autoincrement=False),
-    Column("acked", Boolean, nullable=False),
     # deliveries so far (a message's redelivery_count is this before its delivery)
     Column("deliveries", Integer, nullable=False),
     # leased to a receive until then

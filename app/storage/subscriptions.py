@@ -2,7 +2,11 @@
 the committed log.
 
 A subscription's state is its row (the ack cursor, the read offset) and one
-``subscription_offset`` row per offset in ``[ack_cursor, read_offset)``. Two kinds of
+``subscription_offset`` row per offset in ``[ack_cursor, read_offset)`` that is not
+acknowledged (leased, given back, delayed, held by a transaction): an acknowledgement
+deletes its row, and an offset below the read offset without a row is acknowledged. The
+stored cursor may lag behind the acks (it moves when the subscription row is free); the
+lowest row, or the read offset when there is none, is where it is. Two kinds of
 lock keep it consistent with several receivers, in one process or several:
 
 - a receive, a seek, retention and moving the cursor lock the subscription row (``lock``;
@@ -23,12 +27,24 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from sqlalchemy import Connection, Select, and_, bindparam, delete, func, or_, select, update
+from sqlalchemy import (
+    Connection,
+    Select,
+    and_,
+    bindparam,
+    delete,
+    func,
+    or_,
+    select,
+    text,
+    update,
+)
 from sqlalchemy.dialects import postgresql, sqlite
 
 from app.storage.bulk import insert_rows, is_pg
 from app.storage.schema import (
     AnyRow,
+    UTCDateTime,
     half_message,
     message_log,
     subscription,
@@ -93,19 +109,20 @@ def first_offset(conn: Connection, topic: str) -> int:
 
 
 class Counts(NamedTuple):
-    acked: int               # offset rows acknowledged
+    open: int                # offset rows from ``first`` on: read, not acknowledged
     leased: int              # offset rows leased now
-    lowest_open: int | None  # the lowest offset row not acknowledged
+    lowest_open: int | None  # the lowest offset row
 
 
-def counts(conn: Connection, sub_id: int, now: datetime) -> Counts:
-    """What a subscription's offset rows hold."""
-    acked, leased, lowest = conn.execute(
-        select(func.count().filter(so.c.acked),
-               func.count().filter(~so.c.acked, so.c.leased_until > now),
-               func.min(so.c.queue_offset).filter(~so.c.acked))
+def counts(conn: Connection, sub_id: int, now: datetime, first: int) -> Counts:
+    """What a subscription's offset rows hold (``first``: the topic's first retained
+    offset; rows below it are acknowledged by expiry, whether or not deleted yet)."""
+    n, leased, lowest = conn.execute(
+        select(func.count().filter(so.c.queue_offset >= first),
+               func.count().filter(so.c.leased_until > now),
+               func.min(so.c.queue_offset))
         .where(so.c.subscription_id == sub_id)).one()
-    return Counts(int(acked), int(leased), None if lowest is None else int(lowest))
+    return Counts(int(n), int(leased), None if lowest is None else int(lowest))
 
 
 # -- offsets -----------------------------------------------------------------------------
@@ -125,7 +142,7 @@ def due(conn: Connection, sub_id: int, topic: str, now: datetime, limit: int, *,
             .select_from(so.join(message_log, and_(message_log.c.topic == topic,
                                                   message_log.c.queue_offset == so.c.queue_offset))
                          .join(half_message, half_message.c.id == message_log.c.half_message_id))
-            .where(so.c.subscription_id == sub_id, ~so.c.acked, so.c.held_by.is_(None),
+            .where(so.c.subscription_id == sub_id, so.c.held_by.is_(None),
                    or_(so.c.next_at.is_(None), so.c.next_at <= now))
             .order_by(so.c.queue_offset).limit(limit))
     if dead_from is not None:
@@ -177,9 +194,32 @@ def messages(conn: Connection, topic: str, offsets: Sequence[int]) -> list[AnyRo
 
 
 def add_offsets(conn: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
-    """New offset rows (subscription_id, queue_offset, acked, deliveries, leased_until,
-    next_at, held_by)."""
+    """New offset rows (subscription_id, queue_offset, deliveries, leased_until, next_at,
+    held_by)."""
     insert_rows(conn, so, rows)
+
+
+_LEASED_RANGE = text(
+    "INSERT INTO subscription_offset (subscription_id, queue_offset, deliveries,"
+    " leased_until, next_at, held_by)"
+    " SELECT :sub, o, 1, :until, :next, NULL FROM unnest(CAST(:offsets AS BIGINT[])) AS o")
+
+
+def add_leased(conn: Connection, sub_id: int, offsets: Sequence[int], until: datetime,
+               next_at: datetime) -> None:
+    """Offset rows for first deliveries, leased until ``until``, deliverable again from
+    ``next_at``: on PostgreSQL one statement with the offsets as one array, since a
+    receive inserts them with the subscription row locked."""
+    if not offsets:
+        return
+    if is_pg(conn):
+        conn.execute(_LEASED_RANGE.bindparams(bindparam("until", type_=UTCDateTime()),
+                                              bindparam("next", type_=UTCDateTime())),
+                     {"sub": sub_id, "offsets": list(offsets), "until": until, "next": next_at})
+        return
+    insert_rows(conn, so, [{"subscription_id": sub_id, "queue_offset": o, "deliveries": 1,
+                            "leased_until": until, "next_at": next_at, "held_by": None}
+                           for o in offsets])
 
 
 _LEASE = (update(so)
@@ -212,8 +252,8 @@ def reschedule(conn: Connection, sub_id: int,
 
 
 def rows_at(conn: Connection, sub_id: int, offsets: Iterable[int]) -> list[AnyRow]:
-    """The offset rows at these offsets that are neither acknowledged nor held by a
-    transaction, lowest first, locked.
+    """The offset rows at these offsets (not acknowledged) that no transaction holds,
+    lowest first, locked.
 
     Every writer of offset rows but the settling of held ones locks them this way, in
     offset order and never a held row, so two writers cannot deadlock, and a finish batch
@@ -222,41 +262,39 @@ def rows_at(conn: Connection, sub_id: int, offsets: Iterable[int]) -> list[AnyRo
     if not wanted:
         return []
     return list(conn.execute(_locking(conn, (
-        select(so).where(so.c.subscription_id == sub_id, ~so.c.acked, so.c.held_by.is_(None),
+        select(so).where(so.c.subscription_id == sub_id, so.c.held_by.is_(None),
                          so.c.queue_offset.in_(wanted)).order_by(so.c.queue_offset)))))
 
 
 def acknowledge(conn: Connection, sub_id: int, offsets: Iterable[int]) -> int:
-    """Mark these offsets acknowledged (only those no transaction holds); how many were
-    not before. One statement, whose subquery locks the rows as ``rows_at`` does."""
+    """Acknowledge these offsets (only those no transaction holds): delete their rows; how
+    many were not acknowledged before. One statement, whose subquery locks the rows as
+    ``rows_at`` does."""
     wanted = sorted(set(offsets))
     if not wanted:
         return 0
-    free = and_(so.c.subscription_id == sub_id, ~so.c.acked, so.c.held_by.is_(None))
+    free = and_(so.c.subscription_id == sub_id, so.c.held_by.is_(None))
     locked = _locking(conn, select(so.c.queue_offset).where(free, so.c.queue_offset.in_(wanted))
                       .order_by(so.c.queue_offset))
-    return int(conn.execute(
-        update(so).where(free, so.c.queue_offset.in_(locked))
-        .values(acked=True, leased_until=None, next_at=None, held_by=None)).rowcount)
+    return int(conn.execute(delete(so).where(free, so.c.queue_offset.in_(locked))).rowcount)
 
 
 def lowest_open(conn: Connection, sub_id: int) -> int | None:
-    """The lowest offset row not acknowledged."""
+    """The lowest offset row (not acknowledged)."""
     return conn.execute(select(func.min(so.c.queue_offset))
-                        .where(so.c.subscription_id == sub_id, ~so.c.acked)).scalar_one_or_none()
+                        .where(so.c.subscription_id == sub_id)).scalar_one_or_none()
 
 
 def advance(conn: Connection, sub_id: int, cursor: int, read: int) -> int:
-    """Move the ack cursor over the acknowledged offsets at its head and delete their
-    rows; the new cursor. Needs the subscription row locked.
+    """Move the stored ack cursor up to the lowest offset row (the read offset if none);
+    the new cursor. Needs the subscription row locked.
 
     An ack running meanwhile can only make the head look less acknowledged than it is
-    (its rows are not acknowledged until it commits), so the cursor never passes an
-    offset that is not acknowledged."""
+    (its rows are there until it commits), so the cursor never passes an offset that is
+    not acknowledged."""
     lowest = lowest_open(conn, sub_id)
     new = read if lowest is None else min(int(lowest), read)
     if new > cursor:
-        conn.execute(delete(so).where(so.c.subscription_id == sub_id, so.c.queue_offset < new))
         conn.execute(update(subscription).where(subscription.c.id == sub_id)
                      .values(ack_cursor=new))
     return max(new, cursor)
@@ -304,31 +342,32 @@ def expire_below(conn: Connection, topic: str, end: int) -> list[tuple[str, int]
         stmt = stmt.with_for_update()
     moved = []
     for sub in conn.execute(stmt).all():
-        acked = conn.execute(select(func.count()).where(
-            so.c.subscription_id == sub.id, so.c.acked, so.c.queue_offset < end)).scalar_one()
+        read_open = conn.execute(select(func.count()).where(
+            so.c.subscription_id == sub.id, so.c.queue_offset < end)).scalar_one()
         drop_below(conn, sub.id, end)
         read = max(sub.read_offset, end)
         change(conn, sub.id, {"ack_cursor": end, "read_offset": read})
         advance(conn, sub.id, end, read)
-        moved.append((sub.name, end - sub.ack_cursor - int(acked)))
+        never_read = end - max(sub.read_offset, sub.ack_cursor)
+        moved.append((sub.name, int(read_open) + max(0, never_read)))
     return moved
 
 
 def backlogs(conn: Connection) -> list[AnyRow]:
-    """Every subscription's (topic, name, backlog), for the metrics."""
-    acked = (select(so.c.subscription_id, func.count().label("n"))
-             .where(so.c.acked).group_by(so.c.subscription_id).subquery("acked"))
-    nxt = func.coalesce(topic_offset.c.next_offset, 0)
+    """Every subscription's (topic, name, backlog), for the metrics: the offsets never read
+    plus the rows (read, not acknowledged), from the first retained offset on."""
     first = func.coalesce(topic_retention.c.first_offset, 0)
-    cursor = func.max(subscription.c.ack_cursor, first) if not is_pg(conn) else func.greatest(
-        subscription.c.ack_cursor, first)
+    rows = (select(func.count()).where(so.c.subscription_id == subscription.c.id,
+                                       so.c.queue_offset >= first)
+            .correlate(subscription, topic_retention).scalar_subquery())
+    nxt = func.coalesce(topic_offset.c.next_offset, 0)
+    greatest = func.greatest if is_pg(conn) else func.max
     return list(conn.execute(
         select(subscription.c.topic, subscription.c.name,
-               (nxt - cursor - func.coalesce(acked.c.n, 0)).label("backlog"))
+               (nxt - greatest(subscription.c.read_offset, first) + rows).label("backlog"))
         .select_from(subscription
                      .outerjoin(topic_offset, topic_offset.c.topic == subscription.c.topic)
-                     .outerjoin(topic_retention, topic_retention.c.topic == subscription.c.topic)
-                     .outerjoin(acked, acked.c.subscription_id == subscription.c.id))
+                     .outerjoin(topic_retention, topic_retention.c.topic == subscription.c.topic))
         .order_by(subscription.c.topic, subscription.c.name)))
 
 
@@ -358,13 +397,13 @@ def holders(conn: Connection, txn_ids: Sequence[int]) -> list[str]:
 
 
 def settle(conn: Connection, txn_ids: Sequence[int], *, commit: bool) -> int:
-    """What these transactions hold: acknowledged (their commit) or released, deliverable
-    at once (their rollback or discard); how many offsets."""
-    values: dict[str, Any] = {"held_by": None, "leased_until": None, "next_at": None}
+    """What these transactions hold: acknowledged (their commit: the rows go) or released,
+    deliverable at once (their rollback or discard); how many offsets."""
+    held = so.c.held_by.in_(txn_ids)
     if commit:
-        values["acked"] = True
-    return int(conn.execute(update(so).where(so.c.held_by.in_(txn_ids)).values(**values))
-               .rowcount)
+        return int(conn.execute(delete(so).where(held)).rowcount)
+    return int(conn.execute(update(so).where(held).values(
+        held_by=None, leased_until=None, next_at=None)).rowcount)
 
 
 def lock_unless_busy(conn: Connection, sub_id: int) -> AnyRow | None:
@@ -388,7 +427,7 @@ def commit_without_flush(conn: Connection) -> None:
 def any_row_due(conn: Connection, sub_id: int, now: datetime) -> bool:
     """Whether an offset row is due (to deliver again or to dead-letter)."""
     row_due = select(so.c.queue_offset).where(
-        so.c.subscription_id == sub_id, ~so.c.acked, so.c.held_by.is_(None),
+        so.c.subscription_id == sub_id, so.c.held_by.is_(None),
         or_(so.c.next_at.is_(None), so.c.next_at <= now)).limit(1)
     return conn.execute(row_due).first() is not None
 
