@@ -313,6 +313,7 @@ def _lease(conn: Connection, sub: AnyRow, max_messages: int, max_bytes: int) -> 
     now = utcnow()
     topic = sub.topic
     cursor, read = sub.ack_cursor, sub.read_offset
+    # read once the row is locked: retention moves it with the row locked
     first = store.first_offset(conn, topic)
     if cursor < first:  # retention deleted what was below: acknowledged by expiry
         store.drop_below(conn, sub.id, first)
@@ -446,8 +447,8 @@ def _advance_unless_busy(engine: Engine, sub_id: int) -> None:
     its flush."""
     with write_transaction(engine) as conn:
         sub = store.lock_unless_busy(conn, sub_id)
-        if sub is not None and store.lowest_open(conn, sub_id) != sub.ack_cursor:
-            store.advance(conn, sub.id, sub.ack_cursor, sub.read_offset)
+        if sub is not None and store.advance(conn, sub.id, sub.ack_cursor,
+                                             sub.read_offset) != sub.ack_cursor:
             store.commit_without_flush(conn)
 
 

@@ -31,6 +31,7 @@ from sqlalchemy import (
     column,
     func,
     insert,
+    literal,
 )
 from sqlalchemy.dialects import postgresql
 
@@ -47,6 +48,14 @@ TXN_IDS = bindparam("txn_ids", type_=postgresql.ARRAY(BigInteger))
 
 def is_pg(conn: Connection) -> bool:
     return conn.dialect.name == "postgresql"
+
+
+def among(conn: Connection, col: Any, ids: Sequence[int]) -> Any:
+    """``col IN ids``; on PostgreSQL ``col = ANY(:array)``: one parameter, so one statement
+    text whatever the number of ids (planned and prepared once, not rendered anew)."""
+    if is_pg(conn):
+        return col == any_(literal(list(ids), postgresql.ARRAY(BigInteger)))
+    return col.in_(ids)
 
 
 def key_params(keys: Sequence[Key]) -> dict[str, list[str]]:

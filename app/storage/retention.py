@@ -18,13 +18,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from sqlalchemy import (
     BigInteger,
     Connection,
     and_,
-    any_,
     case,
     delete,
     exists,
@@ -37,7 +36,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import postgresql, sqlite
 
-from app.storage.bulk import is_pg
+from app.storage.bulk import among, is_pg
 from app.storage.schema import (
     AnyRow,
     UTCDateTime,
@@ -54,13 +53,6 @@ from app.storage.schema import (
 from app.vocabulary import State
 
 _RESOLVED = (State.COMMITTED.value, State.ROLLED_BACK.value)
-
-
-def _among(conn: Connection, col: Any, ids: Sequence[int]) -> Any:
-    """``col IN ids``; on PostgreSQL ``col = ANY(:array)``: one parameter, planned once."""
-    if is_pg(conn):
-        return col == any_(literal(list(ids), postgresql.ARRAY(BigInteger)))
-    return col.in_(ids)
 
 
 def _insert_ignoring_conflicts(conn: Connection, table, index_elements: list[str]):  # type: ignore[no-untyped-def]
@@ -186,7 +178,7 @@ def expire_head(conn: Connection, topic: str, first: int, end: int) -> int:
               if walked_to is not None and r.committed_at <= walked_to]
     if passed:
         owners = (select(half_message.c.txn_id).distinct()
-                  .where(_among(conn, half_message.c.id, passed)))
+                  .where(among(conn, half_message.c.id, passed)))
         conn.execute(insert(retention_pending).from_select(["txn_id"], owners))
     conn.execute(update(topic_retention).where(topic_retention.c.topic == topic)
                  .values(first_offset=end))
@@ -253,7 +245,7 @@ def read_pending(conn: Connection, limit: int) -> list[AnyRow]:
 
 def forget_pending(conn: Connection, ids: Sequence[int]) -> None:
     if ids:
-        conn.execute(delete(retention_pending).where(_among(conn, retention_pending.c.id, ids)))
+        conn.execute(delete(retention_pending).where(among(conn, retention_pending.c.id, ids)))
 
 
 class Deleted(NamedTuple):
@@ -273,7 +265,7 @@ def expire_transactions(conn: Connection, txn_ids: Sequence[int], cutoff: dateti
     if not txn_ids:
         return Deleted(0, 0, 0, 0)
     due = list(conn.execute(
-        select(txn.c.id).where(_among(conn, txn.c.id, sorted(set(txn_ids))),
+        select(txn.c.id).where(among(conn, txn.c.id, sorted(set(txn_ids))),
                                txn.c.state.in_(_RESOLVED), txn.c.resolved_at < cutoff)
     ).scalars())
     if not due:
@@ -283,7 +275,7 @@ def expire_transactions(conn: Connection, txn_ids: Sequence[int], cutoff: dateti
     referenced = set(conn.execute(
         select(half_message.c.txn_id)
         .join_from(message_log, half_message, half_message.c.id == message_log.c.half_message_id)
-        .where(_among(conn, half_message.c.txn_id, due))
+        .where(among(conn, half_message.c.txn_id, due))
         .with_for_update(of=message_log, key_share=True)).scalars())
     gone = [i for i in due if i not in referenced]
     if not gone:
@@ -292,11 +284,11 @@ def expire_transactions(conn: Connection, txn_ids: Sequence[int], cutoff: dateti
     # and this one waits for a check being recorded under one of these rows (which
     # updates the row, then inserts its check record), whose record the DELETE below
     # then sees; a check recorded after it finds the row gone and writes nothing
-    txns = conn.execute(delete(txn).where(_among(conn, txn.c.id, gone))).rowcount
-    checks = conn.execute(delete(check_log).where(_among(conn, check_log.c.txn_id, gone))).rowcount
-    ops = conn.execute(delete(op_log).where(_among(conn, op_log.c.txn_id, gone))).rowcount
+    txns = conn.execute(delete(txn).where(among(conn, txn.c.id, gone))).rowcount
+    checks = conn.execute(delete(check_log).where(among(conn, check_log.c.txn_id, gone))).rowcount
+    ops = conn.execute(delete(op_log).where(among(conn, op_log.c.txn_id, gone))).rowcount
     messages = conn.execute(delete(half_message)
-                            .where(_among(conn, half_message.c.txn_id, gone))).rowcount
+                            .where(among(conn, half_message.c.txn_id, gone))).rowcount
     return Deleted(txns, messages, ops, checks)
 
 

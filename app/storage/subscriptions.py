@@ -41,7 +41,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import postgresql, sqlite
 
-from app.storage.bulk import insert_rows, is_pg
+from app.storage.bulk import among, insert_rows, is_pg
 from app.storage.schema import (
     AnyRow,
     UTCDateTime,
@@ -189,7 +189,7 @@ def messages(conn: Connection, topic: str, offsets: Sequence[int]) -> list[AnyRo
                txn.c.transaction_id, txn.c.producer_group)
         .join(half_message, half_message.c.id == message_log.c.half_message_id)
         .join(txn, txn.c.id == half_message.c.txn_id)
-        .where(message_log.c.topic == topic, message_log.c.queue_offset.in_(sorted(offsets)))
+        .where(message_log.c.topic == topic, among(conn, message_log.c.queue_offset, sorted(offsets)))
         .order_by(message_log.c.queue_offset)))
 
 
@@ -263,7 +263,7 @@ def rows_at(conn: Connection, sub_id: int, offsets: Iterable[int]) -> list[AnyRo
         return []
     return list(conn.execute(_locking(conn, (
         select(so).where(so.c.subscription_id == sub_id, so.c.held_by.is_(None),
-                         so.c.queue_offset.in_(wanted)).order_by(so.c.queue_offset)))))
+                         among(conn, so.c.queue_offset, wanted)).order_by(so.c.queue_offset)))))
 
 
 def acknowledge(conn: Connection, sub_id: int, offsets: Iterable[int]) -> int:
@@ -274,7 +274,7 @@ def acknowledge(conn: Connection, sub_id: int, offsets: Iterable[int]) -> int:
     if not wanted:
         return 0
     free = and_(so.c.subscription_id == sub_id, so.c.held_by.is_(None))
-    locked = _locking(conn, select(so.c.queue_offset).where(free, so.c.queue_offset.in_(wanted))
+    locked = _locking(conn, select(so.c.queue_offset).where(free, among(conn, so.c.queue_offset, wanted))
                       .order_by(so.c.queue_offset))
     return int(conn.execute(delete(so).where(free, so.c.queue_offset.in_(locked))).rowcount)
 
@@ -377,7 +377,7 @@ def backlogs(conn: Connection) -> list[AnyRow]:
 def states_at(conn: Connection, sub_id: int, offsets: Sequence[int]) -> dict[int, AnyRow]:
     """The offset rows at these offsets, whatever their state, by offset: those no
     transaction holds locked (see ``rows_at``), then the others as they are."""
-    at = and_(so.c.subscription_id == sub_id, so.c.queue_offset.in_(offsets))
+    at = and_(so.c.subscription_id == sub_id, among(conn, so.c.queue_offset, offsets))
     free = {r.queue_offset: r for r in conn.execute(_locking(conn, (
         select(so).where(at, so.c.held_by.is_(None)).order_by(so.c.queue_offset))))}
     held = conn.execute(select(so).where(at, so.c.queue_offset.not_in(list(free))))
@@ -385,13 +385,14 @@ def states_at(conn: Connection, sub_id: int, offsets: Sequence[int]) -> dict[int
 
 
 def hold(conn: Connection, sub_id: int, offsets: Sequence[int], txn_id: int) -> None:
-    conn.execute(update(so).where(so.c.subscription_id == sub_id, so.c.queue_offset.in_(offsets))
+    conn.execute(update(so).where(so.c.subscription_id == sub_id,
+                                 among(conn, so.c.queue_offset, offsets))
                  .values(held_by=txn_id))
 
 
 def holders(conn: Connection, txn_ids: Sequence[int]) -> list[str]:
     """The topics of the subscriptions where these transactions hold offsets."""
-    ids = select(so.c.subscription_id).where(so.c.held_by.in_(txn_ids)).distinct()
+    ids = select(so.c.subscription_id).where(among(conn, so.c.held_by, txn_ids)).distinct()
     return list(conn.execute(select(subscription.c.topic).distinct()
                              .where(subscription.c.id.in_(ids))).scalars())
 
@@ -399,7 +400,7 @@ def holders(conn: Connection, txn_ids: Sequence[int]) -> list[str]:
 def settle(conn: Connection, txn_ids: Sequence[int], *, commit: bool) -> int:
     """What these transactions hold: acknowledged (their commit: the rows go) or released,
     deliverable at once (their rollback or discard); how many offsets."""
-    held = so.c.held_by.in_(txn_ids)
+    held = among(conn, so.c.held_by, txn_ids)
     if commit:
         return int(conn.execute(delete(so).where(held)).rowcount)
     return int(conn.execute(update(so).where(held).values(
