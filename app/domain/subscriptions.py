@@ -312,22 +312,27 @@ class _Leased:
 def _lease(conn: Connection, sub: AnyRow, max_messages: int, max_bytes: int) -> _Leased:
     now = utcnow()
     topic = sub.topic
-    cursor, read = sub.ack_cursor, sub.read_offset
-    # read once the row is locked: retention moves it with the row locked
-    first = store.first_offset(conn, topic)
-    if cursor < first:  # retention deleted what was below: acknowledged by expiry
-        store.drop_below(conn, sub.id, first)
-        cursor, read = first, max(read, first)
+    stored = (sub.ack_cursor, sub.read_offset)
+    cursor, read = stored
+    seen = store.look(conn, sub.id, topic, now)
+    if cursor < seen.first_offset:  # retention deleted what was below: acknowledged by expiry
+        store.drop_below(conn, sub.id, seen.first_offset)
+        cursor, read = seen.first_offset, max(read, seen.first_offset)
         store.change(conn, sub.id, {"ack_cursor": cursor, "read_offset": read})
-    cursor = store.advance(conn, sub.id, cursor, read)  # over what acks left behind
+        cursor = store.advance(conn, sub.id, cursor, read)
+        stored = (cursor, read)
+    else:  # over what acks left behind (stored with the read offset, below)
+        cursor = max(cursor, read if seen.lowest_open is None else min(seen.lowest_open, read))
     spent = 1 + sub.max_redeliveries
-    # usually nothing is due: one look instead of two
-    any_due = store.any_row_due(conn, sub.id, now)
+    any_due = seen.any_due  # usually nothing is due: one look instead of two
     dead = (store.due(conn, sub.id, topic, now, _DEAD_LETTERS_PER_RECEIVE, dead_from=spent)
             if any_due else [])
     if dead:
-        _dead_letter(conn, sub, {r.queue_offset: r.deliveries for r in dead}, cursor, read,
-                     now)
+        # it appends to a topic: its commit waits for the flush, as a commit's does
+        store.commit_with_flush(conn)
+        cursor = _dead_letter(conn, sub, {r.queue_offset: r.deliveries for r in dead},
+                              stored[0], read, now)
+        stored = (cursor, stored[1])
 
     timeout = timedelta(milliseconds=sub.ack_timeout_ms)
     until = now + timeout
@@ -372,13 +377,10 @@ def _lease(conn: Connection, sub: AnyRow, max_messages: int, max_bytes: int) -> 
                      until + _backoff(sub, 0))
     store.lease(conn, sub.id, [(o, until, until + _backoff(sub, n))
                                for o, n in picked[:redelivered]])
-    if read != sub.read_offset:
-        store.change(conn, sub.id, {"read_offset": read})
-    if not dead:
-        # what a receive records is leases: lost in a crash, its messages are delivered
-        # again, as after an ack timeout. A dead-lettering receive appends to a topic and
-        # waits for its flush, as a commit does.
-        store.commit_without_flush(conn)
+    changed = {k: v for k, v, was in (("ack_cursor", cursor, stored[0]),
+                                      ("read_offset", read, stored[1])) if v != was}
+    if changed:
+        store.change(conn, sub.id, changed)
     return _Leased(Received([], len(dead), sub.dead_letter_topic, redelivered), dict(picked))
 
 
@@ -399,9 +401,9 @@ def message_fields(row: AnyRow) -> dict[str, Any]:
 
 
 def _dead_letter(conn: Connection, sub: AnyRow, deliveries: dict[int, int], cursor: int,
-                 read: int, now: datetime) -> None:
+                 read: int, now: datetime) -> int:
     """Append the messages at these offsets (with their deliveries) to the dead-letter
-    topic and acknowledge them."""
+    topic and acknowledge them; the cursor moved over them."""
     offsets = sorted(deliveries)
     rows = store.messages(conn, sub.topic, offsets)
     appended = []
@@ -415,7 +417,7 @@ def _dead_letter(conn: Connection, sub: AnyRow, deliveries: dict[int, int], curs
     if appended:
         store.append(conn, sub.dead_letter_topic, appended)
     store.acknowledge(conn, sub.id, offsets)
-    store.advance(conn, sub.id, cursor, read)
+    return store.advance(conn, sub.id, cursor, read)
 
 
 # -- ack, nack, renew, seek ----------------------------------------------------------------

@@ -416,6 +416,45 @@ def lock_unless_busy(conn: Connection, sub_id: int) -> AnyRow | None:
     return conn.execute(stmt).first()
 
 
+class Look(NamedTuple):
+    first_offset: int        # the topic's first retained offset
+    lowest_open: int | None  # the lowest offset row
+    any_due: bool            # an offset row is due (to deliver again or to dead-letter)
+
+
+def _due_now(sub_id: Any, now: Any) -> Any:
+    return and_(so.c.subscription_id == sub_id, so.c.held_by.is_(None),
+                or_(so.c.next_at.is_(None), so.c.next_at <= now))
+
+
+_LOOK = select(
+    func.coalesce(select(topic_retention.c.first_offset)
+                  .where(topic_retention.c.topic == bindparam("topic")).scalar_subquery(), 0),
+    select(func.min(so.c.queue_offset))
+    .where(so.c.subscription_id == bindparam("sub")).scalar_subquery(),
+    select(so.c.queue_offset).where(_due_now(bindparam("sub"), bindparam("now", type_=UTCDateTime())))
+    .limit(1).exists())
+# and: its commit does not wait for its flush (see ``commit_without_flush``)
+_LOOK_PG = _LOOK.add_columns(func.set_config("synchronous_commit", "off", True))
+
+
+def look(conn: Connection, sub_id: int, topic: str, now: datetime) -> Look:
+    """A receive's first look, with the subscription row locked, in one statement: the
+    topic's first retained offset (read once the row is locked: retention moves it with
+    the row locked), the lowest offset row, whether an offset row is due. On PostgreSQL it
+    also makes the transaction's commit not wait for its flush (a receive records
+    leases); ``commit_with_flush`` undoes that."""
+    row = conn.execute(_LOOK_PG if is_pg(conn) else _LOOK,
+                       {"topic": topic, "sub": sub_id, "now": now}).one()
+    return Look(int(row[0]), None if row[1] is None else int(row[1]), bool(row[2]))
+
+
+def commit_with_flush(conn: Connection) -> None:
+    """Undo ``look``'s relaxation: this transaction's commit waits for its flush."""
+    if is_pg(conn):
+        conn.exec_driver_sql("SET LOCAL synchronous_commit TO on")
+
+
 def commit_without_flush(conn: Connection) -> None:
     """Let this transaction's commit return before its WAL reaches the disk (PostgreSQL's
     ``synchronous_commit`` for this transaction only). Only for transactions whose loss in
@@ -427,9 +466,7 @@ def commit_without_flush(conn: Connection) -> None:
 
 def any_row_due(conn: Connection, sub_id: int, now: datetime) -> bool:
     """Whether an offset row is due (to deliver again or to dead-letter)."""
-    row_due = select(so.c.queue_offset).where(
-        so.c.subscription_id == sub_id, so.c.held_by.is_(None),
-        or_(so.c.next_at.is_(None), so.c.next_at <= now)).limit(1)
+    row_due = select(so.c.queue_offset).where(_due_now(sub_id, now)).limit(1)
     return conn.execute(row_due).first() is not None
 
 
