@@ -134,8 +134,8 @@ class _Outage:
     """One warning when a connection is lost, debug lines while it stays lost, one info
     line when it is back."""
 
-    def __init__(self, what: str) -> None:
-        self.what = what
+    def __init__(self, what: str, meanwhile: str) -> None:
+        self.what, self.meanwhile = what, meanwhile
         self.failing = False
 
     def failed(self, exc: BaseException) -> None:
@@ -144,8 +144,8 @@ class _Outage:
         if self.failing:
             log.debug("%s: still failing: %s", self.what, reason)
         else:
-            log.warning("%s: database connection failed (%s); retrying, receives in other "
-                        "processes are woken by their probe meanwhile", self.what, reason)
+            log.warning("%s: database connection failed (%s); retrying, %s meanwhile",
+                        self.what, reason, self.meanwhile)
         self.failing = True
 
     def ok(self) -> None:
@@ -168,7 +168,8 @@ class Publisher:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._conn: psycopg.Connection[Any] | None = None
-        self._outage = _Outage("commit notifications")
+        self._outage = _Outage(
+            "commit notifications", "receives waiting in other processes look once a second")
 
     def publish(self, topics: Iterable[str]) -> None:
         """Queue these topics; never waits for the database."""
@@ -256,7 +257,8 @@ class Listener:
         self._ignore = ignore
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=LISTENER_NAME, daemon=True)
-        self._outage = _Outage("commit notifications listener")
+        self._outage = _Outage(
+            "commit notifications listener", "receives waiting here look once a second")
         self.listening = threading.Event()
 
     def start(self) -> None:
