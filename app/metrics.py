@@ -83,6 +83,15 @@ RETENTION_KINDS = ("messages", "transactions", "half_messages", "op_records", "c
 for _kind in RETENTION_KINDS:  # every kind shows from the start, at 0
     RETENTION_DELETED.labels(_kind)
 
+WAKEUP_SOURCES = ("local", "notify", "probe")
+WAKEUPS = Counter(
+    "txmsg_wakeups_total",
+    "Waiting receives told to look again, by what told them: a commit of this process "
+    "(local), one of another process, notified through PostgreSQL (notify), or the probe "
+    "of the subscription finding something due (probe).", ["source"])
+for _source in WAKEUP_SOURCES:
+    WAKEUPS.labels(_source)
+
 __all__ = [
     "BATCH_SIZE",
     "CHECKS",
@@ -100,6 +109,8 @@ __all__ = [
     "ROLLED_BACK",
     "SENT",
     "SUBSCRIPTION_EXPIRED",
+    "WAKEUPS",
+    "WAKEUP_SOURCES",
     "WRITERS",
     "render",
 ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 
 from flask import Flask
 from sqlalchemy import Engine
@@ -16,8 +17,9 @@ from app.config import Settings
 from app.domain.lifecycle import Lifecycle
 from app.domain.subscriptions import Subscriptions
 from app.domain.tokens import TokenGuard
-from app.domain.wakeups import TopicSignal
+from app.domain.wakeups import NOTIFIED, TopicSignal
 from app.lifetime import die_with_parent
+from app.storage import notices
 from app.storage.db import make_engine
 
 
@@ -28,28 +30,43 @@ class AppState:
     lifecycle: Lifecycle
     guard: TokenGuard
     subscriptions: Subscriptions
+    # other processes' commits, for the receives waiting here (PostgreSQL only)
+    listener: notices.Listener | None = None
 
     @property
     def signal(self) -> TopicSignal:
         return self.lifecycle.signal
 
     def close(self) -> None:
+        if self.listener is not None:
+            self.listener.close()
         self.lifecycle.close()
         self.engine.dispose()
 
 
-def create_app(settings: Settings | None = None, *, engine: Engine | None = None) -> Flask:
+def create_app(settings: Settings | None = None, *, engine: Engine | None = None,
+               cross_process: bool = False) -> Flask:
     """Build the API and the dashboard (/ui/): settings from the environment unless given,
-    one engine, two writers."""
+    one engine, two writers.
+
+    ``cross_process`` (as served): on PostgreSQL, receives waiting here are woken by other
+    processes' commits as by this one's, and this one's wake theirs (a listener and a
+    publisher, each a thread with a connection of its own; ``app.storage.notices``).
+    """
     settings = settings or Settings()
     engine = engine or make_engine(settings)
     app = Flask(__name__)
     app.config["MAX_CONTENT_LENGTH"] = max(64 * 1024 * 1024, 2 * settings.max_body_bytes)
     guard = TokenGuard(engine, settings.admin_token)
-    lifecycle = Lifecycle(engine, settings)
+    lifecycle = Lifecycle(engine, settings, publish=cross_process)
+    listener = None
+    if lifecycle.publisher is not None:  # what it sent itself has woken its receives
+        listener = notices.listener(engine, settings,
+                                    partial(lifecycle.signal.notify, source=NOTIFIED),
+                                    ignore=lifecycle.publisher.origin)
     app.extensions["txmsg"] = AppState(
         settings, engine, lifecycle, guard,
-        Subscriptions(engine, settings.max_read_bytes, lifecycle.signal))
+        Subscriptions(engine, settings.max_read_bytes, lifecycle.signal), listener)
     register_error_handlers(app)
     access.install(app)
     telemetry.install(app)
@@ -62,10 +79,10 @@ def create_app(settings: Settings | None = None, *, engine: Engine | None = None
 def app_from_env() -> Flask:
     """WSGI entry point, for a WSGI server (settings from TXMSG_* variables)."""
     die_with_parent()
-    return create_app()
+    return create_app(cross_process=True)
 
 
 def asgi_from_env() -> Api:
     """ASGI entry point, as ``txmsg serve`` runs it (settings from TXMSG_* variables)."""
     die_with_parent()
-    return Api(create_app())
+    return Api(create_app(cross_process=True))

@@ -10,10 +10,10 @@ request's thread (docs/performance.md has the figures).
 A long-polling receive (``POST /v1/topics/{topic}/subscriptions/{subscription}/receive``
 with ``wait_ms``) is served here too: each look at the database takes a thread of its
 own small pool for as long as the look lasts, and between looks the request is a
-coroutine waiting on the topic's signal (``app.domain.wakeups``), set by this process's
-commits, or by a probe per subscription (other processes' commits, delayed messages,
-leases that run out; ``app.api.longpoll``). A thousand idle long polls hold no thread and no
-connection.
+coroutine waiting on the topic's signal (``app.domain.wakeups``), set by commits (this
+process's, and other processes' through PostgreSQL notifications), or by a probe per
+subscription (delayed messages, leases that run out; ``app.api.longpoll``). A thousand
+idle long polls hold no thread and no connection.
 
 The three routes are matched here and handled by the same functions the Flask routes
 call (``parse_send``, ``send_answer``, ``check_finish``, the lifecycle), with the same

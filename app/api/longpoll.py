@@ -1,12 +1,14 @@
 """The waits of long-polling receives on the ASGI front.
 
-A waiting receive is a coroutine parked on its topic's signal (``app.domain.wakeups``),
-which this process's commits set. What the signal cannot see (commits of other
-processes, delayed messages coming due, leases running out, messages due for the
-dead-letter topic) a probe finds: one per subscription that has receives waiting, not one
-per receive, which asks the database every ``RECHECK_SECONDS`` whether anything is due
-(a read of two index probes) and sets the signal when it is. A thousand receives waiting
-on one subscription cost one small query a second.
+A waiting receive is a coroutine parked on its topic's signal (``app.domain.wakeups``).
+Commits set it: this process's at once, other processes' (another ``txmsg serve`` or web
+worker, the checker) through a PostgreSQL notification this process listens for
+(``app.storage.notices``). What no commit signals (delayed messages coming due, leases
+running out, messages due for the dead-letter topic) and any notification lost a probe
+finds: one per subscription that has receives waiting, not one per receive, which asks
+the database every ``RECHECK_SECONDS`` whether anything is due (a read of two index
+probes) and sets the signal when it is. A thousand receives waiting on one subscription
+cost one small query a second.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from concurrent.futures import Executor
 from typing import Any
 
 from app.domain import subscriptions
-from app.domain.wakeups import RECHECK_SECONDS, TopicSignal
+from app.domain.wakeups import PROBED, RECHECK_SECONDS, TopicSignal
 from app.errors import ApiError
 
 log = logging.getLogger(__name__)
@@ -33,8 +35,8 @@ class Waits:
         self._probes: dict[Key, asyncio.Task[None]] = {}
 
     async def wait(self, topic: str, name: str, seen: int, timeout: float) -> None:
-        """Until the topic's version moves past ``seen`` (a commit here, or the probe found
-        something due) or ``timeout``."""
+        """Until the topic's version moves past ``seen`` (a commit, here or notified from
+        another process, or the probe found something due) or ``timeout``."""
         key = (topic, name)
         self._waiting[key] = self._waiting.get(key, 0) + 1
         if key not in self._probes:
@@ -71,7 +73,7 @@ class Waits:
                     log.debug("probe of %s failed", key, exc_info=True)
                     continue
                 if due:
-                    self._signal.notify((key[0],))
+                    self._signal.notify((key[0],), PROBED)
         finally:
             if self._probes.get(key) is asyncio.current_task():
                 del self._probes[key]

@@ -95,13 +95,14 @@ _finish_command("rollback", "ROLLBACK", "Roll a transaction back: its messages a
 
 def _finish(producer_group: str, transaction_id: str, op: Any, as_json: bool) -> None:
     """Resolve through the lifecycle the API uses (its group-commit writer, its rules),
-    recorded with source ``cli``; the writer is closed before the command exits."""
+    recorded with source ``cli``; the writer is closed before the command exits, and the
+    receives waiting on the committed topics in the served processes are told."""
     from app.domain.lifecycle import Lifecycle
 
     _check_key(producer_group, transaction_id)
     settings = load_settings()
     engine = make_engine(settings)
-    lifecycle = Lifecycle(engine, settings)
+    lifecycle = Lifecycle(engine, settings, publish=True)
     try:
         result = or_exit(lifecycle.finish, producer_group, transaction_id, op, source="cli")
     finally:

@@ -183,7 +183,8 @@ class Checks:
         self.owner = owner
         self._owns_engine = engine is None
         self.engine = engine or make_engine(settings)
-        self.lifecycle = Lifecycle(self.engine, settings)
+        # its commits wake the receives waiting in the web processes
+        self.lifecycle = Lifecycle(self.engine, settings, publish=True)
         self.shares = Shares(min(settings.checker_group_concurrency,
                                  settings.checker_concurrency))
 

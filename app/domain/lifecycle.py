@@ -27,7 +27,7 @@ from app.domain.names import DISCARD_TOPIC
 from app.domain.states import Outcome
 from app.domain.wakeups import TopicSignal
 from app.errors import ApiError, Conflict, NotFound, UnregisteredProducerGroup
-from app.storage import finishes, groups, reads, sends
+from app.storage import finishes, groups, notices, reads, sends
 from app.storage.db import wraps_db_errors, write_transaction
 from app.storage.sends import NewTransaction
 from app.storage.writer import GroupCommitWriter
@@ -284,11 +284,16 @@ class Lifecycle:
     both (whose batches are larger but run one after the other).
     """
 
-    def __init__(self, engine: Engine, settings: Settings) -> None:
+    def __init__(self, engine: Engine, settings: Settings, *, publish: bool = False) -> None:
+        """``publish``: this process's commits wake the receives waiting in other processes
+        too (PostgreSQL notifications, ``app.storage.notices``), not only its own."""
         self.engine = engine
         self.settings = settings
         # this process's commits wake the receives waiting on their topics
         self.signal = TopicSignal()
+        self.publisher = notices.publisher(engine, settings) if publish else None
+        if self.publisher is not None:
+            self.signal.relay_to(self.publisher.publish)
         # what a send's check_url is judged by (built once: sends are the hot path)
         self.callback_policy = CallbackPolicy.from_settings(settings)
         self.send_writer: GroupCommitWriter[SendCmd] = GroupCommitWriter(
@@ -369,6 +374,8 @@ class Lifecycle:
     def close(self) -> None:
         self.send_writer.close()
         self.finish_writer.close()
+        if self.publisher is not None:  # after the writers: their last commits go out
+            self.publisher.close()
 
 
 def _count(op: Op, result: FinishResult) -> None:

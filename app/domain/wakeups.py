@@ -1,19 +1,33 @@
-"""Wake-ups of long-polling receives: this process's commits tell the receives waiting on
-their topics, so that a waiting receive needs neither a thread nor a database connection,
-only a version number to compare.
+"""Wake-ups of long-polling receives: a version number per topic, which a commit bumps,
+so that a waiting receive needs neither a thread nor a database connection, only a
+version number to compare.
 
-Commits of other processes (another ``txmsg serve``, the checker), delayed messages
-coming due and leases running out are not signalled: a waiting receive also looks again
-at least every ``RECHECK_SECONDS``.
+What wakes a receive, each counted in ``txmsg_wakeups_total`` by its ``source``:
+
+- ``local``: a commit of this process (``Lifecycle``, ``Subscriptions``), once durable.
+  The process's publisher, if it has one (``relay_to``), sends the topics on to the
+  other processes as a PostgreSQL notification (``app.storage.notices``).
+- ``notify``: a commit of another process (another ``txmsg serve`` or web worker, the
+  checker, ``txmsg commit``), from such a notification; not relayed again.
+- ``probe``: what no commit signals (delayed messages coming due, leases running out)
+  and any notification lost (the database restarting, a listener reconnecting), found
+  by a probe per subscription with receives waiting (``app.api.longpoll``): a waiting
+  receive looks again at least every ``RECHECK_SECONDS`` whatever happens.
+
+On SQLite there are no notifications: its writers are one process.
 """
 
 from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+
+from app import metrics
 
 RECHECK_SECONDS = 1.0
+# what bumped a topic's version (the label of txmsg_wakeups_total)
+LOCAL, NOTIFIED, PROBED = metrics.WAKEUP_SOURCES
 
 
 class TopicSignal:
@@ -24,8 +38,15 @@ class TopicSignal:
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._versions: dict[str, int] = {}
+        self._sources: dict[str, str] = {}  # what bumped each version last
         self._futures: dict[str, list[tuple[asyncio.AbstractEventLoop,
-                                             asyncio.Future[None]]]] = {}
+                                             asyncio.Future[str]]]] = {}
+        self._relay: Callable[[Iterable[str]], None] | None = None
+
+    def relay_to(self, publish: Callable[[Iterable[str]], None]) -> None:
+        """Hand the topics of this process's own notifies to ``publish`` too (for the
+        other processes; it must not wait)."""
+        self._relay = publish
 
     def version(self, topic: str) -> int:
         """The topic's version now (read it before looking, wait on it after)."""
@@ -37,40 +58,47 @@ class TopicSignal:
         with self._lock:
             return len(self._futures.get(topic, ()))
 
-    def notify(self, topics: Iterable[str]) -> None:
-        """Something became deliverable on these topics (called once it is durable)."""
-        woken: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
+    def notify(self, topics: Iterable[str], source: str = LOCAL) -> None:
+        """Something became deliverable on these topics (called once it is durable):
+        ``LOCAL``, by this process (relayed, see ``relay_to``), ``NOTIFIED`` or ``PROBED``."""
+        topics = tuple(topics)
+        woken: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[str]]] = []
         with self._lock:
             moved = False
             for topic in topics:
                 if topic in self._versions:  # only topics someone asked about
                     self._versions[topic] += 1
+                    self._sources[topic] = source
                     moved = True
                     woken.extend(self._futures.pop(topic, ()))
             if moved:
                 self._changed.notify_all()
         for loop, future in woken:
             try:
-                loop.call_soon_threadsafe(_wake, future)
+                loop.call_soon_threadsafe(_wake, future, source)
             except RuntimeError:  # that loop has closed: nobody waits there any more
                 pass
+        if source == LOCAL and self._relay is not None and topics:
+            self._relay(topics)
 
     def wait(self, topic: str, seen: int, timeout: float) -> None:
         """Block this thread until the topic's version moves past ``seen`` or ``timeout``."""
         with self._changed:
-            self._changed.wait_for(lambda: self._versions.get(topic, 0) != seen, timeout)
+            if self._changed.wait_for(lambda: self._versions.get(topic, 0) != seen, timeout):
+                metrics.WAKEUPS.labels(self._sources.get(topic, LOCAL)).inc()
 
     async def wait_async(self, topic: str, seen: int, timeout: float) -> None:
         """``wait`` for a coroutine: no thread is held."""
         loop = asyncio.get_running_loop()
-        future: asyncio.Future[None] = loop.create_future()
+        future: asyncio.Future[str] = loop.create_future()
         entry = (loop, future)
         with self._lock:
             if self._versions.setdefault(topic, 0) != seen:
+                metrics.WAKEUPS.labels(self._sources.get(topic, LOCAL)).inc()
                 return
             self._futures.setdefault(topic, []).append(entry)
         try:
-            await asyncio.wait_for(future, timeout)
+            metrics.WAKEUPS.labels(await asyncio.wait_for(future, timeout)).inc()
         except TimeoutError:
             pass
         finally:
@@ -82,6 +110,6 @@ class TopicSignal:
                         del self._futures[topic]
 
 
-def _wake(future: asyncio.Future[None]) -> None:
+def _wake(future: asyncio.Future[str], source: str) -> None:
     if not future.done():
-        future.set_result(None)
+        future.set_result(source)

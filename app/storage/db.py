@@ -64,12 +64,12 @@ def make_engine(settings: Settings, *, pool: bool = True) -> Engine:
         )
     else:
         kwargs["poolclass"] = NullPool
-    engine = create_engine(url, connect_args=_pg_connect_args(settings, options), **kwargs)
+    engine = create_engine(url, connect_args=pg_connect_args(settings, options), **kwargs)
     event.listen(engine, "handle_error", _failed_ping_is_a_disconnect)
     return engine
 
 
-def _pg_connect_args(settings: Settings, options: str) -> dict[str, object]:
+def pg_connect_args(settings: Settings, options: str) -> dict[str, object]:
     """libpq parameters that bound every wait on the network: the connection attempt, data
     the server does not acknowledge (tcp_user_timeout) and an answer that never comes on a
     silent connection (keepalives: a partition is noticed, not waited out)."""

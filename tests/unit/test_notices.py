@@ -1,0 +1,52 @@
+"""The payloads of commit notifications (``app.storage.notices``): under PostgreSQL's
+8000-byte limit however many topics, each naming its sender; and none on SQLite."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from app.config import Settings
+from app.storage import notices
+from app.storage.db import make_engine
+
+
+def test_payloads_split_under_the_limit_and_carry_every_topic_once() -> None:
+    topics = {f"{i:03d}-" + "x" * 123 for i in range(300)}  # 127 characters each
+    payloads = notices.payloads("me", topics)
+    assert len(payloads) > 1
+    assert all(len(p.encode()) <= notices.MAX_PAYLOAD_BYTES for p in payloads)
+    parsed = [notices.parse(p) for p in payloads]
+    assert {origin for origin, _ in parsed} == {"me"}
+    carried = [t for _, chunk in parsed for t in chunk]
+    assert sorted(carried) == sorted(topics)
+
+
+def test_one_payload_for_a_few_topics() -> None:
+    assert [notices.parse(p) for p in notices.payloads("me", ["b", "a"])] == [
+        ("me", ["a", "b"])]
+    assert notices.payloads("me", []) == []
+
+
+def test_a_payload_not_written_here_names_no_topic() -> None:
+    for payload in ("", "hello", "[]", '{"origin": 1, "topics": ["t"]}', '{"topics": ["t"]}'):
+        assert notices.parse(payload) == ("", [])
+
+
+def test_sqlite_has_neither_end(tmp_path: Path) -> None:
+    settings = Settings(database_url=f"sqlite:///{tmp_path / 'x.db'}")
+    engine = make_engine(settings)
+    try:
+        assert notices.libpq_url(engine) is None
+        assert notices.publisher(engine, settings) is None
+        assert notices.listener(engine, settings, lambda topics: None, ignore="") is None
+    finally:
+        engine.dispose()
+
+
+def test_the_libpq_url_keeps_the_password_and_drops_the_driver() -> None:
+    settings = Settings(database_url="postgresql+psycopg://u:s%40cret@db:5433/txmsg")
+    engine = make_engine(settings)
+    try:
+        assert notices.libpq_url(engine) == "postgresql://u:s%40cret@db:5433/txmsg"
+    finally:
+        engine.dispose()
