@@ -17,7 +17,14 @@ from app.storage.schema import subscription, subscription_offset
 from app.web import create_app
 from tests.conftest import make_settings
 from tests.integration.helpers import register, row_counts
-from tests.integration.test_subscriptions import SUBS, commit, create, describe, offsets, receive
+from tests.integration.subscription_helpers import (
+    SUBS,
+    commit,
+    create,
+    describe,
+    offsets,
+    receive,
+)
 
 # a guard against a hang, not a measure: an operation that waits for the held lock never
 # finishes while it is held, one that does not finishes in milliseconds

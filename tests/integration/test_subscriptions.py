@@ -17,8 +17,15 @@ from app.storage.schema import subscription, subscription_offset
 from app.web import create_app
 from tests.conftest import make_settings
 from tests.integration.helpers import finish, register, row_counts, send
-
-SUBS = "/v1/topics/t/subscriptions"
+from tests.integration.subscription_helpers import (
+    SUBS,
+    commit,
+    create,
+    describe,
+    offsets,
+    post,
+    receive,
+)
 
 
 class Clock:
@@ -39,40 +46,10 @@ def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
     return c
 
 
-def commit(client: Any, n: int, topic: str = "t", **extra: Any) -> list[int]:
-    sent = send(client, messages=[{"topic": topic, "body": f"m{i}", **extra} for i in range(n)])
-    assert sent.status_code == 201, sent.json
-    done = finish(client, sent.json["transaction_id"], "commit")
-    assert done.status_code == 200, done.json
-    return [m["offset"] for m in done.json["messages"]]
 
 
-def create(client: Any, name: str = "s", topic: str = "t", **body: Any) -> Any:
-    r = client.put(f"/v1/topics/{topic}/subscriptions/{name}", json=body)
-    assert r.status_code in (200, 201), r.json
-    return r.json
 
 
-def receive(client: Any, n: int = 10, name: str = "s", topic: str = "t") -> list[dict[str, Any]]:
-    r = client.post(f"/v1/topics/{topic}/subscriptions/{name}/receive", json={"max_messages": n})
-    assert r.status_code == 200, r.json
-    return list(r.json["messages"])
-
-
-def offsets(messages: list[dict[str, Any]]) -> list[int]:
-    return [m["offset"] for m in messages]
-
-
-def post(client: Any, action: str, body: dict[str, Any], name: str = "s") -> Any:
-    r = client.post(f"{SUBS}/{name}/{action}", json=body)
-    assert r.status_code == 200, r.json
-    return r.json
-
-
-def describe(client: Any, name: str = "s") -> dict[str, Any]:
-    r = client.get(f"{SUBS}/{name}")
-    assert r.status_code == 200, r.json
-    return dict(r.json)
 
 
 def test_create_update_get_list_delete(client: Any) -> None:
