@@ -38,7 +38,10 @@ all its rows in one database transaction, only once it is resolved and no commit
 row refers to its messages. The constraints' per-row trigger queries (one per parent row
 deleted, one per child row inserted) made retention 3.5 times slower and taxed every
 send and commit. The indexes on those columns stay: the reads and retention's deletes go
-through them. ``subscription_offset`` keeps its foreign key (a small table).
+through them. ``subscription_offset`` has none either (since revision
+``0008_open_offsets_only``): a receive inserts up to a thousand of its rows at once, with
+the subscription row it would check locked, and a subscription's rows are deleted with
+it in one database transaction.
 """
 
 from __future__ import annotations
@@ -295,8 +298,6 @@ subscription = Table(
 subscription_offset = Table(
     "subscription_offset",
     metadata,
-    # no foreign key: a receive inserts up to a thousand rows at once (one trigger query
-    # each); a subscription's rows are deleted with it, in the same transaction
     Column("subscription_id", BigId, primary_key=True),
     Column("queue_offset", BigInteger, primary_key=True, autoincrement=False),
     # deliveries so far (a message's redelivery_count is this before its delivery)
