@@ -54,6 +54,7 @@ class Retention:
         self.settings = settings
         self.clock = clock
         self._walked: Key = store.WALK_START
+        self._unvacuumed: Counter[str] = Counter()  # rows deleted here, by table
 
     @property
     def default(self) -> timedelta:
@@ -86,7 +87,27 @@ class Retention:
             if not more:
                 break
             self._rest(stop, started)
+        self._vacuum(deleted)
         return +deleted  # without the kinds at 0
+
+    def _vacuum(self, deleted: Counter[str]) -> None:
+        """On PostgreSQL, VACUUM each table once ``retention_vacuum_rows`` of its rows were
+        deleted here since its last one. Autovacuum would too, where it is on and keeps
+        up; a table emptied as fast as it fills and never vacuumed grows on disk forever
+        while its row count stays flat."""
+        every = self.settings.retention_vacuum_rows
+        if not every or self.engine.dialect.name != "postgresql":
+            return
+        for kind, n in deleted.items():
+            self._unvacuumed[store.TABLE_OF_KIND[kind]] += n
+        due = sorted(t for t, n in self._unvacuumed.items() if n >= every)
+        if not due:
+            return
+        with self.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            store.vacuum(conn, due)
+        for table in due:
+            del self._unvacuumed[table]
+        log.info("retention: vacuumed %s", ", ".join(due))
 
     def _rest(self, stop: threading.Event, started: float) -> None:
         if self.engine.dialect.name == "sqlite":

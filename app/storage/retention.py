@@ -298,3 +298,16 @@ def row_counts(conn: Connection) -> dict[str, int]:
     return {t.name: conn.execute(select(func.count()).select_from(t)).scalar_one()
             for t in tables}
 
+
+# the table each kind of deleted row is in (the kinds of ``Deleted`` and "messages")
+TABLE_OF_KIND = {"messages": message_log.name, "transactions": txn.name,
+                 "half_messages": half_message.name, "op_records": op_log.name,
+                 "check_records": check_log.name}
+
+
+def vacuum(conn: Connection, tables: Sequence[str]) -> None:
+    """``VACUUM`` these tables (PostgreSQL; on a connection in autocommit), skipping one
+    another process is vacuuming now: their dead rows' space becomes reusable."""
+    for table in tables:
+        assert table in TABLE_OF_KIND.values(), table  # names, not input
+        conn.exec_driver_sql(f"VACUUM (SKIP_LOCKED) {table}")

@@ -26,8 +26,8 @@ pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 GROUP = "shop"
 SUB = "/v1/topics/t/subscriptions/s"
 # A round is not woken by the notification when its commit lands before the receive waits,
-# or when the probe (every second) looks between the commit and its notification: rare,
-# and never several rounds in a row.
+# or when the probe (every second) looks between the commit and its notification (a few
+# milliseconds): rare, and never several rounds in a row.
 ROUNDS = 5
 
 
@@ -55,12 +55,14 @@ def send(url: str, body: str) -> str:
 def woken_by_a_notification(waiting: Served, commit: Callable[[str], None]) -> None:
     """A receive waits on ``waiting`` while ``commit`` commits a message elsewhere: the
     receive gets it, and in one of ROUNDS rounds at most it was woken by the notification."""
-    for _ in range(ROUNDS):
+    for n in range(ROUNDS):
         before = wakeups(waiting.url, "notify")
         body = uuid.uuid4().hex
         with ThreadPoolExecutor(1) as pool:
             poll = pool.submit(receive, waiting.url, 10_000)
-            time.sleep(0.3)  # for the receive to look, find nothing and wait
+            # for the receive to look, find nothing and wait: longer each round, so that a
+            # loaded machine gets there too (0.3 s to 4.8 s, within the receive's 10 s)
+            time.sleep(0.3 * 2**n)
             commit(body)
             got = poll.result(timeout=60)
         assert [m["body"] for m in got] == [body]

@@ -369,3 +369,33 @@ def test_storage_stays_flat_under_steady_traffic(database_url: str, client, app)
     assert data_rows(app) == dict.fromkeys(DATA_TABLES, 0)
     topic = client.get("/v1/topics/orders").json
     assert topic["first_offset"] == topic["next_offset"] == committed
+
+
+def vacuum_counts(engine: Engine) -> dict[str, int]:
+    with engine.connect() as conn:
+        return {r.relname: r.vacuum_count for r in conn.execute(text(
+            "SELECT relname, vacuum_count FROM pg_stat_user_tables"
+            " WHERE relname IN ('txn', 'half_message', 'op_log', 'message_log')"))}
+
+
+@pytest.mark.parametrize("database_url", ["postgres"], indirect=True)
+def test_tables_are_vacuumed_after_enough_deletions(client, app) -> None:  # type: ignore[no-untyped-def]
+    """What lets a table emptied as fast as it fills reuse its space, autovacuum or not."""
+    engine = engine_of(app)
+    before = vacuum_counts(engine)
+    register(client)
+    for _ in range(3):
+        commit(client, "orders")
+    backdate(engine, hours=2)
+    worker = Retention(engine, make_settings(app.extensions["txmsg"].settings.database_url,
+                                             retention_seconds=HOUR, retention_vacuum_rows=4))
+    assert worker.run() == Counter(messages=3, transactions=3, half_messages=3, op_records=3)
+    assert vacuum_counts(engine) == before  # 3 of each deleted: fewer than 4
+    commit(client, "orders")
+    backdate(engine, hours=2)
+    assert worker.run()["transactions"] == 1
+    after = vacuum_counts(engine)  # 4 of each deleted since: every table vacuumed once
+    assert {t: after[t] - before.get(t, 0) for t in after} == {
+        "txn": 1, "half_message": 1, "op_log": 1, "message_log": 1}
+    assert worker.run() == Counter()
+    assert vacuum_counts(engine) == after  # nothing deleted since, nothing vacuumed
