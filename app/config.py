@@ -43,9 +43,8 @@ class Settings(BaseSettings):
     retention_seconds: int = Field(259_200, ge=1)
     retention_interval_seconds: float = Field(60, gt=0)
     retention_batch_size: int = Field(2000, ge=1)
-    # PostgreSQL: VACUUM a table once retention deleted this many of its rows here (0:
-    # never, autovacuum's alone), so that its space is reused even where autovacuum is
-    # off or lags
+    # PostgreSQL without autovacuum: VACUUM a table once retention deleted this many of its
+    # rows here, so that its space is reused (0: never)
     retention_vacuum_rows: int = Field(100_000, ge=0)
 
     # signed check callbacks: after a rotation the previous secret signs too, this long

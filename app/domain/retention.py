@@ -91,10 +91,11 @@ class Retention:
         return +deleted  # without the kinds at 0
 
     def _vacuum(self, deleted: Counter[str]) -> None:
-        """On PostgreSQL, VACUUM each table once ``retention_vacuum_rows`` of its rows were
-        deleted here since its last one. Autovacuum would too, where it is on and keeps
-        up; a table emptied as fast as it fills and never vacuumed grows on disk forever
-        while its row count stays flat."""
+        """On a PostgreSQL server without autovacuum, VACUUM each table once
+        ``retention_vacuum_rows`` of its rows were deleted here since its last one: a
+        table emptied as fast as it fills and never vacuumed grows on disk forever while
+        its row count stays flat. Where autovacuum runs, the vacuuming is left to it (the
+        job would only do its work twice)."""
         every = self.settings.retention_vacuum_rows
         if not every or self.engine.dialect.name != "postgresql":
             return
@@ -104,10 +105,13 @@ class Retention:
         if not due:
             return
         with self.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-            store.vacuum(conn, due)
+            vacuumed = not store.autovacuum_on(conn)
+            if vacuumed:
+                store.vacuum(conn, due)
         for table in due:
             del self._unvacuumed[table]
-        log.info("retention: vacuumed %s", ", ".join(due))
+        if vacuumed:
+            log.info("retention: vacuumed %s", ", ".join(due))
 
     def _rest(self, stop: threading.Event, started: float) -> None:
         if self.engine.dialect.name == "sqlite":

@@ -305,6 +305,11 @@ TABLE_OF_KIND = {"messages": message_log.name, "transactions": txn.name,
                  "check_records": check_log.name}
 
 
+def autovacuum_on(conn: Connection) -> bool:
+    """Whether the PostgreSQL server runs autovacuum."""
+    return bool(conn.exec_driver_sql("SHOW autovacuum").scalar_one() == "on")
+
+
 def vacuum(conn: Connection, tables: Sequence[str]) -> None:
     """``VACUUM`` these tables (PostgreSQL; on a connection in autocommit), skipping one
     another process is vacuuming now: their dead rows' space becomes reusable."""

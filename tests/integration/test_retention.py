@@ -399,3 +399,27 @@ def test_tables_are_vacuumed_after_enough_deletions(client, app) -> None:  # typ
         "txn": 1, "half_message": 1, "op_log": 1, "message_log": 1}
     assert worker.run() == Counter()
     assert vacuum_counts(engine) == after  # nothing deleted since, nothing vacuumed
+
+
+@pytest.mark.parametrize("database_url", ["postgres"], indirect=True)
+def test_where_autovacuum_runs_the_job_leaves_vacuuming_to_it(  # type: ignore[no-untyped-def]
+        client, app, monkeypatch: pytest.MonkeyPatch) -> None:
+    from app.storage import retention as store
+
+    asked: list[bool] = []
+
+    def autovacuum_on(conn: Any) -> bool:
+        asked.append(True)
+        return True
+
+    monkeypatch.setattr(store, "autovacuum_on", autovacuum_on)
+    engine = engine_of(app)
+    before = vacuum_counts(engine)
+    register(client)
+    for _ in range(4):
+        commit(client, "orders")
+    backdate(engine, hours=2)
+    worker = Retention(engine, make_settings(app.extensions["txmsg"].settings.database_url,
+                                             retention_seconds=HOUR, retention_vacuum_rows=4))
+    assert worker.run()["transactions"] == 4
+    assert asked and vacuum_counts(engine) == before
