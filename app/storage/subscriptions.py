@@ -42,6 +42,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects import postgresql, sqlite
 
 from app.storage.bulk import among, insert_rows, is_pg
+from app.storage.retention import first_offset
 from app.storage.schema import (
     AnyRow,
     UTCDateTime,
@@ -100,12 +101,6 @@ def topic_ends(conn: Connection, topic: str) -> tuple[int, int]:
     nxt = conn.execute(select(topic_offset.c.next_offset)
                        .where(topic_offset.c.topic == topic)).scalar_one_or_none() or 0
     return first, max(first, nxt)
-
-
-def first_offset(conn: Connection, topic: str) -> int:
-    """The first retained offset of a topic (0 for an unknown one)."""
-    return conn.execute(select(topic_retention.c.first_offset)
-                        .where(topic_retention.c.topic == topic)).scalar_one_or_none() or 0
 
 
 class Counts(NamedTuple):
