@@ -378,21 +378,47 @@ def vacuum_counts(engine: Engine) -> dict[str, int]:
             " WHERE relname IN ('txn', 'half_message', 'op_log', 'message_log')"))}
 
 
+def autovacuum(monkeypatch: pytest.MonkeyPatch, on: bool) -> list[bool]:
+    """The server's autovacuum as the job sees it; the list of times it asked."""
+    from app.storage import retention as store
+
+    asked: list[bool] = []
+
+    def autovacuum_on(conn: Any) -> bool:
+        asked.append(on)
+        return on
+
+    monkeypatch.setattr(store, "autovacuum_on", autovacuum_on)
+    return asked
+
+
+def expire(client: Any, app: Any, transactions: int) -> None:
+    """Commit ``transactions`` one-message transactions and make them past retention."""
+    for _ in range(transactions):
+        commit(client, "orders")
+    backdate(engine_of(app), hours=2)
+
+
+def vacuuming_worker(app: Any) -> Retention:
+    """A retention worker that vacuums a table after 4 of its rows were deleted."""
+    return Retention(engine_of(app), make_settings(
+        app.extensions["txmsg"].settings.database_url, retention_seconds=HOUR,
+        retention_vacuum_rows=4))
+
+
 @pytest.mark.parametrize("database_url", ["postgres"], indirect=True)
-def test_tables_are_vacuumed_after_enough_deletions(client, app) -> None:  # type: ignore[no-untyped-def]
-    """What lets a table emptied as fast as it fills reuse its space, autovacuum or not."""
+def test_tables_are_vacuumed_after_enough_deletions(  # type: ignore[no-untyped-def]
+        client, app, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What lets a table emptied as fast as it fills reuse its space without autovacuum."""
+    autovacuum(monkeypatch, on=False)
     engine = engine_of(app)
     before = vacuum_counts(engine)
     register(client)
-    for _ in range(3):
-        commit(client, "orders")
-    backdate(engine, hours=2)
-    worker = Retention(engine, make_settings(app.extensions["txmsg"].settings.database_url,
-                                             retention_seconds=HOUR, retention_vacuum_rows=4))
+    expire(client, app, 3)
+    worker = vacuuming_worker(app)
     assert worker.run() == Counter(messages=3, transactions=3, half_messages=3, op_records=3)
     assert vacuum_counts(engine) == before  # 3 of each deleted: fewer than 4
-    commit(client, "orders")
-    backdate(engine, hours=2)
+    expire(client, app, 1)
     assert worker.run()["transactions"] == 1
     after = vacuum_counts(engine)  # 4 of each deleted since: every table vacuumed once
     assert {t: after[t] - before.get(t, 0) for t in after} == {
@@ -404,22 +430,10 @@ def test_tables_are_vacuumed_after_enough_deletions(client, app) -> None:  # typ
 @pytest.mark.parametrize("database_url", ["postgres"], indirect=True)
 def test_where_autovacuum_runs_the_job_leaves_vacuuming_to_it(  # type: ignore[no-untyped-def]
         client, app, monkeypatch: pytest.MonkeyPatch) -> None:
-    from app.storage import retention as store
-
-    asked: list[bool] = []
-
-    def autovacuum_on(conn: Any) -> bool:
-        asked.append(True)
-        return True
-
-    monkeypatch.setattr(store, "autovacuum_on", autovacuum_on)
+    asked = autovacuum(monkeypatch, on=True)
     engine = engine_of(app)
     before = vacuum_counts(engine)
     register(client)
-    for _ in range(4):
-        commit(client, "orders")
-    backdate(engine, hours=2)
-    worker = Retention(engine, make_settings(app.extensions["txmsg"].settings.database_url,
-                                             retention_seconds=HOUR, retention_vacuum_rows=4))
-    assert worker.run()["transactions"] == 4
+    expire(client, app, 4)
+    assert vacuuming_worker(app).run()["transactions"] == 4
     assert asked and vacuum_counts(engine) == before
