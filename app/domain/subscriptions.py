@@ -291,7 +291,12 @@ def receive(engine: Engine, topic: str, name: str, max_messages: int,
 
     The leases are taken with the subscription row locked; the messages are read after
     that transaction, so that the next receive need not wait while these are read and
-    shaped. A message that retention deletes in between is left out (it expired)."""
+    shaped. A message that retention deletes in between is left out (it expired).
+    On PostgreSQL the common case is one statement (``store.first_deliveries``)."""
+    if store.one_statement_leases(engine):
+        fresh = _first_deliveries(engine, topic, name, max_messages, max_bytes)
+        if fresh is not None:
+            return fresh
     with write_transaction(engine) as conn:
         leased = _lease(conn, _found(conn, topic, name, lock=True), max_messages, max_bytes)
     if not leased.picked:
@@ -301,6 +306,19 @@ def receive(engine: Engine, topic: str, name: str, max_messages: int,
     leased.received.messages = [
         {**message_fields(r), "redelivery_count": leased.picked[r.queue_offset]} for r in rows]
     return leased.received
+
+
+def _first_deliveries(engine: Engine, topic: str, name: str, max_messages: int,
+                      max_bytes: int) -> Received | None:
+    with store.each_statement_alone(engine) as conn:
+        sub = _found(conn, topic, name)
+        now = utcnow()
+        until = now + timedelta(milliseconds=sub.ack_timeout_ms)
+        rows = store.first_deliveries(conn, sub.id, topic, now, until,
+                                      until + _backoff(sub, 0), max_messages, max_bytes)
+    if rows is None:
+        return None
+    return Received([{**message_fields(r), "redelivery_count": 0} for r in rows])
 
 
 @dataclass
@@ -314,7 +332,7 @@ def _lease(conn: Connection, sub: AnyRow, max_messages: int, max_bytes: int) -> 
     topic = sub.topic
     stored = (sub.ack_cursor, sub.read_offset)
     cursor, read = stored
-    seen = store.look(conn, sub.id, topic, now)
+    seen = store.look(conn, sub.id, topic, now, cursor)
     if cursor < seen.first_offset:  # retention deleted what was below: acknowledged by expiry
         store.drop_below(conn, sub.id, seen.first_offset)
         cursor, read = seen.first_offset, max(read, seen.first_offset)
@@ -432,10 +450,10 @@ def ack(engine: Engine, topic: str, name: str, offsets: Sequence[int]) -> int:
     """Acknowledge offsets (those delivered, not yet acknowledged, not held by a
     transaction); how many were newly acknowledged.
 
-    The ack locks only its offset rows and commits; then, if it acknowledged the offset at
-    the cursor, the cursor moves over the acknowledged head in a second, short
-    transaction, unless a receive (which moves it too) holds the subscription row now."""
-    with write_transaction(engine) as conn:
+    The ack locks only its offset rows (one statement) and commits; then, if it
+    acknowledged the offset at the cursor, the cursor moves over the acknowledged head,
+    unless a receive (which moves it too) holds the subscription row now."""
+    with store.each_statement_alone(engine) as conn:
         sub = _found(conn, topic, name)
         n = store.acknowledge(conn, sub.id, offsets)
     if n and sub.ack_cursor in offsets:  # else the cursor stays (or a receive moves it)
@@ -444,9 +462,13 @@ def ack(engine: Engine, topic: str, name: str, offsets: Sequence[int]) -> int:
 
 
 def _advance_unless_busy(engine: Engine, sub_id: int) -> None:
-    """Move the cursor over the acknowledged head, unless the subscription row is locked.
-    Derived state: lost in a crash, the next move recomputes it, so it does not wait for
-    its flush."""
+    """Move the cursor over the acknowledged head, unless the subscription row is locked:
+    on PostgreSQL one statement, else a short transaction. Derived state: lost in a
+    crash, the next move recomputes it, so it does not wait for its flush."""
+    if store.one_statement_leases(engine):
+        with store.each_statement_alone(engine) as conn:
+            store.advance_unless_busy(conn, sub_id)
+        return
     with write_transaction(engine) as conn:
         sub = store.lock_unless_busy(conn, sub_id)
         if sub is not None and store.advance(conn, sub.id, sub.ack_cursor,
@@ -582,8 +604,8 @@ def settle_acks(conn: Connection, committed: Sequence[int], released: Sequence[i
     topics: set[str] = set()
     if released:
         holding = store.holders(conn, released)
-        if store.settle(conn, released, commit=False):
+        if store.settle(conn, released, utcnow(), commit=False):
             topics = set(holding)
     if committed:
-        store.settle(conn, committed, commit=True)
+        store.settle(conn, committed, utcnow(), commit=True)
     return topics

@@ -305,7 +305,8 @@ subscription_offset = Table(
     # leased to a receive until then
     Column("leased_until", UTCDateTime, nullable=True),
     # deliverable (again) from then: a lease's end plus the backoff, a nack's delay, a
-    # delayed message's time (NULL: now)
+    # delayed message's time, a release's time (rows written before revision 0009 had
+    # NULL for "now"; it set them in the past)
     Column("next_at", UTCDateTime, nullable=True),
     # txn.id of the unresolved transaction whose commit acknowledges it (not redelivered
     # meanwhile)
@@ -313,4 +314,11 @@ subscription_offset = Table(
     Index("ix_subscription_offset_held_by", "held_by",
           postgresql_where=text("held_by IS NOT NULL"),
           sqlite_where=text("held_by IS NOT NULL")),
+    # what is due: every receive asks whether anything is, without reading the rows of
+    # the leases out (nor, on PostgreSQL, the acknowledged ones until a vacuum). Its
+    # predicate is one that only the due-time queries imply: with ``held_by IS NULL``,
+    # the planner took it for an ack's rows too, and read every row of the subscription
+    Index("ix_subscription_offset_due", "subscription_id", "next_at",
+          postgresql_where=text("next_at IS NOT NULL"),
+          sqlite_where=text("next_at IS NOT NULL")),
 )

@@ -23,12 +23,14 @@ lock keep it consistent with several receivers, in one process or several:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from datetime import datetime
 from typing import Any, NamedTuple
 
 from sqlalchemy import (
     Connection,
+    Engine,
     Select,
     and_,
     bindparam,
@@ -42,6 +44,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects import postgresql, sqlite
 
 from app.storage.bulk import among, insert_rows, is_pg
+from app.storage.db import write_transaction
 from app.storage.retention import first_offset
 from app.storage.schema import (
     AnyRow,
@@ -138,7 +141,7 @@ def due(conn: Connection, sub_id: int, topic: str, now: datetime, limit: int, *,
                                                   message_log.c.queue_offset == so.c.queue_offset))
                          .join(half_message, half_message.c.id == message_log.c.half_message_id))
             .where(so.c.subscription_id == sub_id, so.c.held_by.is_(None),
-                   or_(so.c.next_at.is_(None), so.c.next_at <= now))
+                   so.c.next_at <= now)
             .order_by(so.c.queue_offset).limit(limit))
     if dead_from is not None:
         stmt = stmt.where(so.c.deliveries >= dead_from)
@@ -217,6 +220,136 @@ def add_leased(conn: Connection, sub_id: int, offsets: Sequence[int], until: dat
                            for o in offsets])
 
 
+# The subscription row locked (its commit not waiting for its flush), and the cursor over
+# the acknowledged head where the statement's snapshot can tell (see first_deliveries)
+_HEAD = """
+sub AS (
+    SELECT read_offset, ack_cursor, xmin::text AS version,
+           set_config('synchronous_commit', 'off', true) AS relaxed
+    FROM subscription WHERE id = :sub FOR UPDATE{skip_locked}
+), seen AS (  -- the row as the statement's snapshot has it: unchanged since, or not
+    SELECT xmin::text AS version FROM subscription WHERE id = :sub
+), head AS (
+    SELECT LEAST(sub.read_offset, COALESCE(
+               (SELECT min(o.queue_offset) FROM subscription_offset o
+                WHERE o.subscription_id = :sub AND o.queue_offset >= sub.ack_cursor),
+               sub.read_offset)) AS cursor
+    FROM sub JOIN seen ON seen.version = sub.version
+)"""
+
+_ADVANCE = text("WITH" + _HEAD.format(skip_locked=" SKIP LOCKED") + """
+UPDATE subscription SET ack_cursor = head.cursor FROM head, sub
+WHERE subscription.id = :sub AND head.cursor > sub.ack_cursor
+""")
+
+
+def advance_unless_busy(conn: Connection, sub_id: int) -> None:
+    """PostgreSQL, on an ``each_statement_alone`` connection: ``advance`` as one
+    statement, unless another transaction holds the subscription row (as
+    ``first_deliveries`` does it)."""
+    conn.execute(_ADVANCE, {"sub": sub_id})
+
+
+_FIRST_DELIVERIES = text("WITH" + _HEAD.format(skip_locked="") + """, plain AS (  -- the common case: nothing to deliver again or dead-letter, nothing expired
+    SELECT read_offset FROM sub
+    WHERE ack_cursor >= COALESCE(
+              (SELECT first_offset FROM topic_retention WHERE topic = :topic), 0)
+      AND NOT EXISTS (SELECT FROM subscription_offset o
+                      WHERE o.subscription_id = :sub AND o.held_by IS NULL
+                        AND o.next_at <= :now)
+), window_ AS (
+    SELECT w.*, sum(length(w.body)) OVER (ORDER BY w.queue_offset) AS used,
+           row_number() OVER (ORDER BY w.queue_offset) AS n
+    FROM plain, LATERAL (
+        SELECT m.queue_offset, m.deliver_at > :now AS delayed, m.committed_at,
+               m.half_message_id, COALESCE(m.properties, h.properties) AS properties,
+               h.message_id, h.keys, h.tag, h.body, h.body_is_text, h.created_at,
+               t.transaction_id, t.producer_group
+        FROM message_log m JOIN half_message h ON h.id = m.half_message_id
+        JOIN txn t ON t.id = h.txn_id
+        WHERE m.topic = :topic AND m.queue_offset >= plain.read_offset
+          AND m.queue_offset < plain.read_offset + :max_messages
+        ORDER BY m.queue_offset LIMIT :max_messages) AS w
+), picked AS (
+    SELECT * FROM window_
+    WHERE (used <= :max_bytes OR n = 1)
+      AND queue_offset < COALESCE((SELECT min(queue_offset) FROM window_ WHERE delayed),
+                                  9223372036854775807)
+), leased AS (
+    INSERT INTO subscription_offset
+        (subscription_id, queue_offset, deliveries, leased_until, next_at, held_by)
+    SELECT :sub, queue_offset, 1, :until, :next, NULL FROM picked
+), moved AS (
+    UPDATE subscription
+    SET read_offset = COALESCE((SELECT max(queue_offset) + 1 FROM picked), read_offset),
+        ack_cursor = GREATEST(ack_cursor, COALESCE((SELECT cursor FROM head), ack_cursor))
+    WHERE id = :sub AND (EXISTS (SELECT FROM picked)
+                         OR (SELECT cursor FROM head) > (SELECT ack_cursor FROM sub))
+)
+SELECT (SELECT count(*) FROM plain) AS plain,
+       (SELECT count(*) FROM window_ WHERE delayed) AS delayed,
+       (SELECT bool_and(relaxed IS NOT NULL) FROM sub) AS relaxed,
+       p.queue_offset, p.committed_at, p.half_message_id, p.properties, p.message_id,
+       p.keys, p.tag, p.body, p.body_is_text, p.created_at, p.transaction_id,
+       p.producer_group
+FROM (VALUES (1)) AS one (x) LEFT JOIN picked p ON true
+ORDER BY p.queue_offset
+""").bindparams(bindparam("now", type_=UTCDateTime()), bindparam("until", type_=UTCDateTime()),
+                bindparam("next", type_=UTCDateTime())).columns(
+    committed_at=UTCDateTime(), created_at=UTCDateTime())
+
+
+def one_statement_leases(engine: Engine) -> bool:
+    """Whether ``first_deliveries`` serves this database (PostgreSQL)."""
+    return engine.dialect.name == "postgresql"
+
+
+@contextmanager
+def each_statement_alone(engine: Engine) -> Iterator[Connection]:
+    """A connection on which each statement is a transaction of its own (PostgreSQL), for
+    work whose statements need not be one transaction: no BEGIN nor COMMIT round trips.
+    On SQLite, one write transaction (see ``write_transaction``)."""
+    if engine.dialect.name != "postgresql":
+        with write_transaction(engine) as conn:
+            yield conn
+        return
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        yield conn
+
+
+def first_deliveries(conn: Connection, sub_id: int, topic: str, now: datetime,
+                     until: datetime, next_at: datetime, max_messages: int,
+                     max_bytes: int) -> list[AnyRow] | None:
+    """PostgreSQL, on an ``each_statement_alone`` connection: a receive's common case as one
+    statement: when nothing is due to be delivered again or dead-lettered and retention
+    moved nothing, lease the committed messages past the read offset (lowest first, up to
+    ``max_messages``, ``max_bytes`` of bodies but at least one, stopping at the first
+    delayed one) as ``add_leased`` does, move the read offset over them, and return them
+    as ``messages`` does. None when the case is not the common one (the caller takes the
+    general way); an empty list when there is nothing to deliver.
+
+    The subscription row stays locked only while the server runs the statement: the
+    general way's half-dozen statements keep it locked for as many round trips to a busy
+    service, and receives take turns on it. Its commit does not wait for its flush (as
+    ``look``'s). Offsets past the read offset are visible in order (a topic's counter is
+    locked until the commit that takes offsets from it ends), so the statement's snapshot,
+    taken before it waits for the row, sees a prefix of what is committed past it.
+
+    It also moves the stored ack cursor over the acknowledged head (as ``advance``), but
+    only when the subscription row did not change since the snapshot: then every offset
+    row below the read offset is in the snapshot (rows are added with the read offset
+    moved, in one transaction), and an ack committed since only makes the head look less
+    acknowledged than it is. A row that changed (a receive that came first, a seek)
+    may have rows the snapshot lacks: the cursor then stays for a later statement."""
+    rows = conn.execute(_FIRST_DELIVERIES, {
+        "sub": sub_id, "topic": topic, "now": now, "until": until, "next": next_at,
+        "max_messages": max_messages, "max_bytes": max_bytes}).all()
+    head = rows[0]
+    if not head.plain or (head.queue_offset is None and head.delayed):
+        return None
+    return [r for r in rows if r.queue_offset is not None]
+
+
 _LEASE = (update(so)
           .where(so.c.subscription_id == bindparam("b_sub"),
                  so.c.queue_offset == bindparam("b_offset"))
@@ -258,7 +391,15 @@ def rows_at(conn: Connection, sub_id: int, offsets: Iterable[int]) -> list[AnyRo
         return []
     return list(conn.execute(_locking(conn, (
         select(so).where(so.c.subscription_id == sub_id, so.c.held_by.is_(None),
-                         among(conn, so.c.queue_offset, wanted)).order_by(so.c.queue_offset)))))
+                         _at(conn, wanted)).order_by(so.c.queue_offset)))))
+
+
+def _at(conn: Connection, wanted: Sequence[int]) -> Any:
+    """At these offsets (sorted), also bounded by the first and the last: a range the
+    planner takes for the primary key's index without statistics, where the list alone
+    let it read every row of the subscription."""
+    return and_(so.c.queue_offset.between(wanted[0], wanted[-1]),
+                among(conn, so.c.queue_offset, wanted))
 
 
 def acknowledge(conn: Connection, sub_id: int, offsets: Iterable[int]) -> int:
@@ -269,15 +410,18 @@ def acknowledge(conn: Connection, sub_id: int, offsets: Iterable[int]) -> int:
     if not wanted:
         return 0
     free = and_(so.c.subscription_id == sub_id, so.c.held_by.is_(None))
-    locked = _locking(conn, select(so.c.queue_offset).where(free, among(conn, so.c.queue_offset, wanted))
+    locked = _locking(conn, select(so.c.queue_offset).where(free, _at(conn, wanted))
                       .order_by(so.c.queue_offset))
     return int(conn.execute(delete(so).where(free, so.c.queue_offset.in_(locked))).rowcount)
 
 
-def lowest_open(conn: Connection, sub_id: int) -> int | None:
-    """The lowest offset row (not acknowledged)."""
+def lowest_open(conn: Connection, sub_id: int, cursor: int) -> int | None:
+    """The lowest offset row (not acknowledged), at or above the stored ``cursor`` (there
+    is none below: the bound keeps the index scan off the acknowledged rows a vacuum has
+    not removed yet)."""
     return conn.execute(select(func.min(so.c.queue_offset))
-                        .where(so.c.subscription_id == sub_id)).scalar_one_or_none()
+                        .where(so.c.subscription_id == sub_id, so.c.queue_offset >= cursor)
+                        ).scalar_one_or_none()
 
 
 def advance(conn: Connection, sub_id: int, cursor: int, read: int) -> int:
@@ -287,7 +431,7 @@ def advance(conn: Connection, sub_id: int, cursor: int, read: int) -> int:
     An ack running meanwhile can only make the head look less acknowledged than it is
     (its rows are there until it commits), so the cursor never passes an offset that is
     not acknowledged."""
-    lowest = lowest_open(conn, sub_id)
+    lowest = lowest_open(conn, sub_id, cursor)
     new = read if lowest is None else min(int(lowest), read)
     if new > cursor:
         conn.execute(update(subscription).where(subscription.c.id == sub_id)
@@ -392,14 +536,14 @@ def holders(conn: Connection, txn_ids: Sequence[int]) -> list[str]:
                              .where(subscription.c.id.in_(ids))).scalars())
 
 
-def settle(conn: Connection, txn_ids: Sequence[int], *, commit: bool) -> int:
+def settle(conn: Connection, txn_ids: Sequence[int], now: datetime, *, commit: bool) -> int:
     """What these transactions hold: acknowledged (their commit: the rows go) or released,
-    deliverable at once (their rollback or discard); how many offsets."""
+    deliverable from ``now`` (their rollback or discard); how many offsets."""
     held = among(conn, so.c.held_by, txn_ids)
     if commit:
         return int(conn.execute(delete(so).where(held)).rowcount)
     return int(conn.execute(update(so).where(held).values(
-        held_by=None, leased_until=None, next_at=None)).rowcount)
+        held_by=None, leased_until=None, next_at=now)).rowcount)
 
 
 def lock_unless_busy(conn: Connection, sub_id: int) -> AnyRow | None:
@@ -417,30 +561,33 @@ class Look(NamedTuple):
     any_due: bool            # an offset row is due (to deliver again or to dead-letter)
 
 
-def _due_now(sub_id: Any, now: Any) -> Any:
-    return and_(so.c.subscription_id == sub_id, so.c.held_by.is_(None),
-                or_(so.c.next_at.is_(None), so.c.next_at <= now))
+def _any_due(sub_id: Any, now: Any) -> Any:
+    """Whether an offset row of the subscription is due: one probe of
+    ``ix_subscription_offset_due``."""
+    return select(so.c.queue_offset).where(
+        so.c.subscription_id == sub_id, so.c.held_by.is_(None), so.c.next_at <= now).exists()
 
 
 _LOOK = select(
     func.coalesce(select(topic_retention.c.first_offset)
                   .where(topic_retention.c.topic == bindparam("topic")).scalar_subquery(), 0),
     select(func.min(so.c.queue_offset))
-    .where(so.c.subscription_id == bindparam("sub")).scalar_subquery(),
-    select(so.c.queue_offset).where(_due_now(bindparam("sub"), bindparam("now", type_=UTCDateTime())))
-    .limit(1).exists())
+    .where(so.c.subscription_id == bindparam("sub"), so.c.queue_offset >= bindparam("cursor"))
+    .scalar_subquery(),
+    _any_due(bindparam("sub"), bindparam("now", type_=UTCDateTime())))
 # and: its commit does not wait for its flush (see ``commit_without_flush``)
 _LOOK_PG = _LOOK.add_columns(func.set_config("synchronous_commit", "off", True))
 
 
-def look(conn: Connection, sub_id: int, topic: str, now: datetime) -> Look:
+def look(conn: Connection, sub_id: int, topic: str, now: datetime, cursor: int) -> Look:
     """A receive's first look, with the subscription row locked, in one statement: the
     topic's first retained offset (read once the row is locked: retention moves it with
-    the row locked), the lowest offset row, whether an offset row is due. On PostgreSQL it
+    the row locked), the lowest offset row (at or above the stored ``cursor``, as
+    ``lowest_open``), whether an offset row is due. On PostgreSQL it
     also makes the transaction's commit not wait for its flush (a receive records
     leases); ``commit_with_flush`` undoes that."""
     row = conn.execute(_LOOK_PG if is_pg(conn) else _LOOK,
-                       {"topic": topic, "sub": sub_id, "now": now}).one()
+                       {"topic": topic, "sub": sub_id, "now": now, "cursor": cursor}).one()
     return Look(int(row[0]), None if row[1] is None else int(row[1]), bool(row[2]))
 
 
@@ -461,8 +608,7 @@ def commit_without_flush(conn: Connection) -> None:
 
 def any_row_due(conn: Connection, sub_id: int, now: datetime) -> bool:
     """Whether an offset row is due (to deliver again or to dead-letter)."""
-    row_due = select(so.c.queue_offset).where(_due_now(sub_id, now)).limit(1)
-    return conn.execute(row_due).first() is not None
+    return bool(conn.execute(select(_any_due(sub_id, now))).scalar())
 
 
 def anything_due(conn: Connection, sub: AnyRow, now: datetime) -> bool:

@@ -6,12 +6,13 @@ the stored cursor the acks leave behind moves at the next receive."""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import psycopg
 import pytest
-from sqlalchemy import select
+from sqlalchemy import event, select
 
 from app.storage.schema import subscription, subscription_offset
 from app.web import create_app
@@ -126,3 +127,85 @@ def test_the_cursor_moves_with_the_ack_when_the_row_is_free(pg_client: Any) -> N
     with engine.connect() as conn:  # the acknowledged head's rows are gone with it
         assert conn.execute(select(subscription_offset.c.queue_offset)).scalars().all() == []
     assert offsets(receive(pg_client)) == [2]
+
+
+def _statements_of(engine: Any, call: Callable[[], Any]) -> list[tuple[str, bool]]:
+    """The statements ``call`` sent on ``engine``: first words, and whether each was a
+    transaction of its own (the connection in autocommit)."""
+    sent: list[tuple[str, bool]] = []
+
+    def on_execute(conn: Any, _cur: Any, statement: str, *_: Any) -> None:
+        alone = bool(conn.connection.dbapi_connection.autocommit)
+        sent.append((" ".join(statement.split()[:2]), alone))
+
+    event.listen(engine, "before_cursor_execute", on_execute)
+    try:
+        call()
+    finally:
+        event.remove(engine, "before_cursor_execute", on_execute)
+    return sent
+
+
+def test_a_plain_receive_locks_the_row_for_one_statement(pg_client: Any) -> None:
+    """Nothing due, nothing expired: a receive is the subscription's lookup and one
+    statement that leases, each its own transaction, so the row is locked only while the
+    server runs that statement (not across round trips to the service). With a message
+    due again it takes the general way, a transaction of several statements."""
+    register(pg_client)
+    create(pg_client, redelivery_backoff={"min_ms": 0, "max_ms": 0})
+    commit(pg_client, 3)
+    engine = pg_client.application.extensions["txmsg"].engine
+    got: list[list[dict[str, Any]]] = []
+    sent = _statements_of(engine, lambda: got.append(receive(pg_client, 2)))
+    assert offsets(got[0]) == [0, 1]
+    assert [m["redelivery_count"] for m in got[0]] == [0, 0]
+    assert [alone for _, alone in sent] == [True, True], sent
+    assert stored_cursor(pg_client) == 0
+    assert pg_client.post(f"{SUBS}/s/nack", json={"offsets": [1]}).json == {"nacked": 1}
+    sent = _statements_of(engine, lambda: got.append(receive(pg_client, 2)))
+    assert [(m["offset"], m["redelivery_count"]) for m in got[1]] == [(1, 1), (2, 0)]
+    assert len([s for s, alone in sent if not alone]) > 2, sent
+
+
+def test_a_receive_that_waited_for_the_row_leaves_the_cursor(pg_client: Any,
+                                                              postgres_url: str) -> None:
+    """A receive's statement takes its snapshot before it waits for the subscription row.
+    When the row changed meanwhile (here a seek back to 0 and the lease of 0..9, in the
+    transaction it waited for), the snapshot lacks rows below the read offset: the
+    statement must not move the cursor from it. It would have moved it to 5, the lowest
+    row it saw, over the unacknowledged 0..4."""
+    register(pg_client)
+    create(pg_client, ack_timeout_ms=60_000)
+    commit(pg_client, 10)
+    assert offsets(receive(pg_client, 5)) == [0, 1, 2, 3, 4]
+    assert pg_client.post(f"{SUBS}/s/ack", json={"offsets": [0, 1, 2, 3, 4]}).json == {"acked": 5}
+    assert offsets(receive(pg_client, 5)) == [5, 6, 7, 8, 9]
+    assert stored_cursor(pg_client) == 5
+    other = psycopg.connect(postgres_url.replace("postgresql+psycopg://", "postgresql://"))
+    try:
+        sub_id = other.execute("SELECT id FROM subscription WHERE topic = 't' AND name = 's'"
+                               " FOR UPDATE").fetchone()[0]  # type: ignore[index]
+        other.execute("DELETE FROM subscription_offset WHERE subscription_id = %s", [sub_id])
+        other.execute("INSERT INTO subscription_offset (subscription_id, queue_offset,"
+                      " deliveries, leased_until, next_at)"
+                      " SELECT %s, o, 1, now() + interval '1 hour', now() + interval '1 hour'"
+                      " FROM generate_series(0, 9) AS o", [sub_id])
+        other.execute("UPDATE subscription SET ack_cursor = 0, read_offset = 10"
+                      " WHERE id = %s", [sub_id])
+        out: list[list[dict[str, Any]]] = []
+        waiting = threading.Thread(target=lambda: out.append(receive(pg_client)), daemon=True)
+        waiting.start()
+        deadline = time.monotonic() + GUARD_SECONDS
+        while not other.execute("SELECT count(*) FROM pg_stat_activity WHERE datname ="
+                                " current_database() AND wait_event_type = 'Lock'"
+                                ).fetchone()[0]:  # type: ignore[index]
+            assert time.monotonic() < deadline, "the receive never waited for the row"
+            time.sleep(0.01)
+        other.commit()
+        waiting.join(GUARD_SECONDS)
+        assert out == [[]]
+    finally:
+        other.close()
+    assert stored_cursor(pg_client) == 0
+    state = describe(pg_client)
+    assert (state["ack_cursor"], state["backlog"], state["in_flight"]) == (0, 10, 10)
