@@ -13,7 +13,9 @@ lock keep it consistent with several receivers, in one process or several:
   on PostgreSQL ``FOR UPDATE``, on SQLite the write transaction's ``BEGIN IMMEDIATE``):
   they read or move ``read_offset`` and the cursor, so they take turns. ``SKIP LOCKED``
   on the offset rows alone would not be enough for a receive, since the offsets it takes
-  first have no row yet (it creates them);
+  first have no row yet (it creates them). On PostgreSQL a receive's common case, and
+  moving the cursor after an ack, are one statement each (``first_deliveries``,
+  ``advance_unless_busy``), so the row is locked only while the server runs it;
 - an ack, a nack, a renew and a transactional hold lock only the offset rows they change
   (``FOR UPDATE``, in offset order), and so does a receive for the rows it delivers again
   or dead-letters. They never wait for the subscription row, so acks do not queue behind
