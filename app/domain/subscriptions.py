@@ -187,9 +187,13 @@ def _describe(conn: Connection, row: AnyRow, now: datetime) -> dict[str, Any]:
 def _found(conn: Connection, topic: str, name: str, *, lock: bool = False) -> AnyRow:
     row = store.get(conn, topic, name, lock=lock)
     if row is None:
-        raise NotFound(f"no subscription {name!r} on topic {topic!r}",
-                       code="subscription_not_found")
+        raise _not_found(topic, name)
     return row
+
+
+def _not_found(topic: str, name: str) -> NotFound:
+    return NotFound(f"no subscription {name!r} on topic {topic!r}",
+                    code="subscription_not_found")
 
 
 # -- administration -----------------------------------------------------------------------
@@ -311,11 +315,7 @@ def receive(engine: Engine, topic: str, name: str, max_messages: int,
 def _first_deliveries(engine: Engine, topic: str, name: str, max_messages: int,
                       max_bytes: int) -> Received | None:
     with store.each_statement_alone(engine) as conn:
-        sub = _found(conn, topic, name)
-        now = utcnow()
-        until = now + timedelta(milliseconds=sub.ack_timeout_ms)
-        rows = store.first_deliveries(conn, sub.id, topic, now, until,
-                                      until + _backoff(sub, 0), max_messages, max_bytes)
+        rows = store.first_deliveries(conn, topic, name, utcnow(), max_messages, max_bytes)
     if rows is None:
         return None
     return Received([{**message_fields(r), "redelivery_count": 0} for r in rows])
@@ -454,8 +454,9 @@ def ack(engine: Engine, topic: str, name: str, offsets: Sequence[int]) -> int:
     acknowledged the offset at the cursor, the cursor moves over the acknowledged head,
     unless a receive (which moves it too) holds the subscription row now."""
     with store.each_statement_alone(engine) as conn:
-        sub = _found(conn, topic, name)
-        n = store.acknowledge(conn, sub.id, offsets)
+        sub, n = store.acknowledge_named(conn, topic, name, offsets)
+    if sub is None:
+        raise _not_found(topic, name)
     if n and sub.ack_cursor in offsets:  # else the cursor stays (or a receive moves it)
         _advance_unless_busy(engine, sub.id)
     return n

@@ -226,22 +226,25 @@ def add_leased(conn: Connection, sub_id: int, offsets: Sequence[int], until: dat
 # the acknowledged head where the statement's snapshot can tell (see first_deliveries)
 _HEAD = """
 sub AS (
-    SELECT read_offset, ack_cursor, xmin::text AS version,
+    SELECT id, read_offset, ack_cursor, ack_timeout_ms, backoff_min_ms, backoff_max_ms,
+           xmin::text AS version,
            set_config('synchronous_commit', 'off', true) AS relaxed
-    FROM subscription WHERE id = :sub FOR UPDATE{skip_locked}
+    FROM subscription WHERE {which} FOR UPDATE{skip_locked}
 ), seen AS (  -- the row as the statement's snapshot has it: unchanged since, or not
-    SELECT xmin::text AS version FROM subscription WHERE id = :sub
+    SELECT xmin::text AS version FROM subscription WHERE {which}
 ), head AS (
     SELECT LEAST(sub.read_offset, COALESCE(
                (SELECT min(o.queue_offset) FROM subscription_offset o
-                WHERE o.subscription_id = :sub AND o.queue_offset >= sub.ack_cursor),
+                WHERE o.subscription_id = sub.id AND o.queue_offset >= sub.ack_cursor),
                sub.read_offset)) AS cursor
     FROM sub JOIN seen ON seen.version = sub.version
 )"""
+_BY_ID = "id = :sub"
+_BY_NAME = "topic = :topic AND name = :name"
 
-_ADVANCE = text("WITH" + _HEAD.format(skip_locked=" SKIP LOCKED") + """
+_ADVANCE = text("WITH" + _HEAD.format(which=_BY_ID, skip_locked=" SKIP LOCKED") + """
 UPDATE subscription SET ack_cursor = head.cursor FROM head, sub
-WHERE subscription.id = :sub AND head.cursor > sub.ack_cursor
+WHERE subscription.id = sub.id AND head.cursor > sub.ack_cursor
 """)
 
 
@@ -252,12 +255,20 @@ def advance_unless_busy(conn: Connection, sub_id: int) -> None:
     conn.execute(_ADVANCE, {"sub": sub_id})
 
 
-_FIRST_DELIVERIES = text("WITH" + _HEAD.format(skip_locked="") + """, plain AS (  -- the common case: nothing to deliver again or dead-letter, nothing expired
-    SELECT read_offset FROM sub
+# the common case: nothing to deliver again or dead-letter, nothing expired. A first
+# delivery's lease: until now + the ack timeout, deliverable again after the backoff of
+# redelivery count 0, which is LEAST(min_ms, max_ms) (``backoff_ms``)
+_FIRST_DELIVERIES = text("WITH" + _HEAD.format(which=_BY_NAME, skip_locked="") + """,
+plain AS (
+    SELECT id, read_offset,
+           :now + ack_timeout_ms * interval '1 millisecond' AS until,
+           :now + (ack_timeout_ms + LEAST(backoff_min_ms, backoff_max_ms))
+                  * interval '1 millisecond' AS next_at
+    FROM sub
     WHERE ack_cursor >= COALESCE(
               (SELECT first_offset FROM topic_retention WHERE topic = :topic), 0)
       AND NOT EXISTS (SELECT FROM subscription_offset o
-                      WHERE o.subscription_id = :sub AND o.held_by IS NULL
+                      WHERE o.subscription_id = sub.id AND o.held_by IS NULL
                         AND o.next_at <= :now)
 ), window_ AS (
     SELECT w.*, sum(length(w.body)) OVER (ORDER BY w.queue_offset) AS used,
@@ -280,13 +291,14 @@ _FIRST_DELIVERIES = text("WITH" + _HEAD.format(skip_locked="") + """, plain AS (
 ), leased AS (
     INSERT INTO subscription_offset
         (subscription_id, queue_offset, deliveries, leased_until, next_at, held_by)
-    SELECT :sub, queue_offset, 1, :until, :next, NULL FROM picked
+    SELECT plain.id, picked.queue_offset, 1, plain.until, plain.next_at, NULL
+    FROM picked, plain
 ), moved AS (
     UPDATE subscription
     SET read_offset = COALESCE((SELECT max(queue_offset) + 1 FROM picked), read_offset),
         ack_cursor = GREATEST(ack_cursor, COALESCE((SELECT cursor FROM head), ack_cursor))
-    WHERE id = :sub AND (EXISTS (SELECT FROM picked)
-                         OR (SELECT cursor FROM head) > (SELECT ack_cursor FROM sub))
+    WHERE id = (SELECT id FROM sub)
+      AND (EXISTS (SELECT FROM picked) OR (SELECT cursor FROM head) > (SELECT ack_cursor FROM sub))
 )
 SELECT (SELECT count(*) FROM plain) AS plain,
        (SELECT count(*) FROM window_ WHERE delayed) AS delayed,
@@ -296,8 +308,7 @@ SELECT (SELECT count(*) FROM plain) AS plain,
        p.producer_group
 FROM (VALUES (1)) AS one (x) LEFT JOIN picked p ON true
 ORDER BY p.queue_offset
-""").bindparams(bindparam("now", type_=UTCDateTime()), bindparam("until", type_=UTCDateTime()),
-                bindparam("next", type_=UTCDateTime())).columns(
+""").bindparams(bindparam("now", type_=UTCDateTime())).columns(
     committed_at=UTCDateTime(), created_at=UTCDateTime())
 
 
@@ -319,16 +330,16 @@ def each_statement_alone(engine: Engine) -> Iterator[Connection]:
         yield conn
 
 
-def first_deliveries(conn: Connection, sub_id: int, topic: str, now: datetime,
-                     until: datetime, next_at: datetime, max_messages: int,
-                     max_bytes: int) -> list[AnyRow] | None:
+def first_deliveries(conn: Connection, topic: str, name: str, now: datetime,
+                     max_messages: int, max_bytes: int) -> list[AnyRow] | None:
     """PostgreSQL, on an ``each_statement_alone`` connection: a receive's common case as one
     statement: when nothing is due to be delivered again or dead-lettered and retention
     moved nothing, lease the committed messages past the read offset (lowest first, up to
     ``max_messages``, ``max_bytes`` of bodies but at least one, stopping at the first
     delayed one) as ``add_leased`` does, move the read offset over them, and return them
-    as ``messages`` does. None when the case is not the common one (the caller takes the
-    general way); an empty list when there is nothing to deliver.
+    as ``messages`` does. The subscription is found by its name in the same statement.
+    None when the case is not the common one or there is no such subscription (the caller
+    takes the general way); an empty list when there is nothing to deliver.
 
     The subscription row stays locked only while the server runs the statement: the
     general way's half-dozen statements keep it locked for as many round trips to a busy
@@ -344,8 +355,8 @@ def first_deliveries(conn: Connection, sub_id: int, topic: str, now: datetime,
     acknowledged than it is. A row that changed (a receive that came first, a seek)
     may have rows the snapshot lacks: the cursor then stays for a later statement."""
     rows = conn.execute(_FIRST_DELIVERIES, {
-        "sub": sub_id, "topic": topic, "now": now, "until": until, "next": next_at,
-        "max_messages": max_messages, "max_bytes": max_bytes}).all()
+        "topic": topic, "name": name, "now": now, "max_messages": max_messages,
+        "max_bytes": max_bytes}).all()
     head = rows[0]
     if not head.plain or (head.queue_offset is None and head.delayed):
         return None
@@ -411,10 +422,31 @@ def acknowledge(conn: Connection, sub_id: int, offsets: Iterable[int]) -> int:
     wanted = sorted(set(offsets))
     if not wanted:
         return 0
+    return int(conn.execute(_acknowledging(conn, sub_id, wanted)).rowcount)
+
+
+def _acknowledging(conn: Connection, sub_id: Any, wanted: Sequence[int]) -> Any:
     free = and_(so.c.subscription_id == sub_id, so.c.held_by.is_(None))
     locked = _locking(conn, select(so.c.queue_offset).where(free, _at(conn, wanted))
                       .order_by(so.c.queue_offset))
-    return int(conn.execute(delete(so).where(free, so.c.queue_offset.in_(locked))).rowcount)
+    return delete(so).where(free, so.c.queue_offset.in_(locked))
+
+
+def acknowledge_named(conn: Connection, topic: str, name: str, offsets: Iterable[int]
+                      ) -> tuple[AnyRow | None, int]:
+    """``acknowledge`` on the subscription of this name: its row as it was (None if there
+    is none) and how many offsets were newly acknowledged. On PostgreSQL one statement
+    (the lookup and the delete together)."""
+    wanted = sorted(set(offsets))
+    if not is_pg(conn) or not wanted:
+        sub = get(conn, topic, name)
+        return sub, (acknowledge(conn, sub.id, wanted) if sub is not None else 0)
+    named = and_(subscription.c.topic == topic, subscription.c.name == name)
+    sub_id = select(subscription.c.id).where(named).scalar_subquery()
+    gone = _acknowledging(conn, sub_id, wanted).returning(so.c.queue_offset).cte("gone")
+    row = conn.execute(select(subscription, select(func.count()).select_from(gone)
+                              .scalar_subquery().label("acked")).where(named)).first()
+    return (None, 0) if row is None else (row, int(row.acked))
 
 
 def lowest_open(conn: Connection, sub_id: int, cursor: int) -> int | None:

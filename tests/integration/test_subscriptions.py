@@ -152,6 +152,23 @@ def test_a_lease_that_times_out_is_redelivered_and_renew_extends_it(
     assert post(client, "renew", {"offsets": [0]}) == {"renewed": 0}  # no longer held
 
 
+@pytest.mark.parametrize(("min_ms", "max_ms", "backoff"), [(1000, 3000, 1000), (4000, 2000, 2000)])
+def test_a_first_lease_that_runs_out_waits_for_the_backoff(
+        client: Any, clock: Clock, min_ms: int, max_ms: int, backoff: int) -> None:
+    """A message received once and never acknowledged comes back after the ack timeout
+    plus the backoff of redelivery count 0 (min_ms, at most max_ms)."""
+    register(client)
+    create(client, initial_position="earliest", ack_timeout_ms=5000,
+           redelivery_backoff={"min_ms": min_ms, "max_ms": max_ms})
+    commit(client, 1)
+    assert offsets(receive(client)) == [0]
+    clock.advance(5000 + backoff - 1)
+    assert receive(client) == []
+    clock.advance(1)
+    again = receive(client)
+    assert offsets(again) == [0] and again[0]["redelivery_count"] == 1
+
+
 def test_dead_letters_after_one_plus_max_redeliveries(client: Any, clock: Clock) -> None:
     redelivered = metrics.REDELIVERIES.labels("t", "s")._value.get()
     dead_lettered = metrics.DEAD_LETTERS.labels("t", "s")._value.get()
