@@ -7,16 +7,17 @@ threads and the writers as they took turns on the one interpreter lock. Here a w
 request is a coroutine: the writer wakes the event loop once per batch, not each
 request's thread (docs/performance.md has the figures).
 
-A long-polling receive (``POST /v1/topics/{topic}/subscriptions/{subscription}/receive``
-with ``wait_ms``) is served here too: each look at the database takes a thread of its
+A receive (``POST /v1/topics/{topic}/subscriptions/{subscription}/receive``, long-polling
+with ``wait_ms``) and an ack (``.../ack``) are served here too; an ack's work takes a
+thread of the receives' pool. A receive: each look at the database takes a thread of its
 own small pool for as long as the look lasts, and between looks the request is a
 coroutine waiting on the topic's signal (``app.domain.wakeups``), set by commits (this
 process's, and other processes' through PostgreSQL notifications), or by a probe per
 subscription (delayed messages, leases that run out; ``app.api.longpoll``). A thousand
 idle long polls hold no thread and no connection.
 
-The three routes are matched here and handled by the same functions the Flask routes
-call (``parse_send``, ``send_answer``, ``check_finish``, the lifecycle), with the same
+These routes are matched here and handled by the same functions the Flask routes call
+(``parse_send``, ``send_answer``, ``check_finish``, ``parse_ack``, the lifecycle), with the same
 error rendering. Everything else, and whatever of those routes is not served exactly
 as Flask would serve it (a non-ASCII path, a root path), goes to the Flask app
 unchanged, behind a2wsgi's WSGI-to-ASGI bridge with a pool of ``web_threads`` threads.
@@ -61,7 +62,7 @@ from app.api import subscriptions, telemetry, transactions
 from app.api.access import Access, access_of, authorize, bearer_token, unauthenticated
 from app.api.http import PROBLEM_MEDIA_TYPE, api_problem, dump_json, http_problem
 from app.api.longpoll import Waits
-from app.api.subscriptions import check_names, parse_receive, receive_once
+from app.api.subscriptions import ack_once, check_names, parse_ack, parse_receive, receive_once
 from app.api.transactions import check_ack_scopes, check_finish, parse_send, send_answer
 from app.domain.access import UNRESTRICTED, Principal
 from app.errors import ApiError, InvalidRequest
@@ -81,10 +82,14 @@ HOT_ROUTES: dict[str | None, Callable[..., Any]] = {
 _ACCESS: dict[str | None, Access] = {op: access for op, view in HOT_ROUTES.items()
                                      if (access := access_of(view)) is not None}
 assert len(_ACCESS) == len(HOT_ROUTES), "every hot route's view declares its access"
-_RECEIVE = re.compile(r"/v1/topics/([^/]+)/subscriptions/([^/]+)/receive")
-RECEIVE_RULE = "/v1/topics/<topic>/subscriptions/<subscription>/receive"
-_RECEIVE_ACCESS = access_of(subscriptions.receive)
-assert _RECEIVE_ACCESS is not None, "the receive view declares its access"
+_CONSUME = re.compile(r"/v1/topics/([^/]+)/subscriptions/([^/]+)/(receive|ack)")
+_CONSUME_RULES = {action: f"/v1/topics/<topic>/subscriptions/<subscription>/{action}"
+                  for action in ("receive", "ack")}
+CONSUME_ROUTES: dict[str, Callable[..., Any]] = {
+    "receive": subscriptions.receive, "ack": subscriptions.ack}
+_CONSUME_ACCESS: dict[str, Access] = {action: access for action, view in CONSUME_ROUTES.items()
+                                      if (access := access_of(view)) is not None}
+assert len(_CONSUME_ACCESS) == len(CONSUME_ROUTES), "every consume view declares its access"
 _JSON = b"application/json"
 _PROBLEM = PROBLEM_MEDIA_TYPE.encode()
 _HEALTHY = dump_json({"status": "ok"})  # what the Flask view answers
@@ -142,16 +147,17 @@ class Api:
         if match is not None and match.group(3) is not None:  # commit, rollback: no body
             await self._serve(scope, match, b"", send)
             return
-        receiving = self._match(scope, _RECEIVE) if self._hot and match is None else None
+        consuming = self._match(scope, _CONSUME) if self._hot and match is None else None
         route = (_RULES[match.group(3)] if match is not None
-                 else RECEIVE_RULE if receiving is not None else telemetry.UNMATCHED)
+                 else _CONSUME_RULES[consuming.group(3)] if consuming is not None
+                 else telemetry.UNMATCHED)
         raw = await self._read_body(scope, receive, send, head, route)
         if raw is None:
             return
         if match is not None:
             await self._serve(scope, match, raw, send)
-        elif receiving is not None:
-            await self._serve_receive(scope, receiving, raw, send)
+        elif consuming is not None:
+            await self._serve_consume(scope, consuming, raw, send)
         else:
             pool = self._probes if path == "/readyz" else self._flask
             await pool(scope, _replay(raw), send)
@@ -248,18 +254,22 @@ class Api:
         status, data = http_problem(InternalServerError(), path)
         return status, data, _PROBLEM, ()
 
-    async def _serve_receive(self, scope: HTTPScope, match: re.Match[str], raw: bytes,
+    async def _serve_consume(self, scope: HTTPScope, match: re.Match[str], raw: bytes,
                              send: Send) -> None:
-        topic, name = match.groups()
+        """A receive (waiting on the event loop between its looks) or an ack."""
+        topic, name, action = match.groups()
         content_type = _JSON
         headers: tuple[tuple[str, str], ...] = ()
         try:
             if self._guard.enabled:
-                assert _RECEIVE_ACCESS is not None
-                await self._authorize(scope, _RECEIVE_ACCESS, {"topic": topic})
+                await self._authorize(scope, _CONSUME_ACCESS[action], {"topic": topic})
             check_names(topic, name)
-            request = parse_receive(raw)
-            status, data = 200, dump_json(await self._long_poll(topic, name, request))
+            if action == "receive":
+                body = await self._long_poll(topic, name, parse_receive(raw))
+            else:
+                body = await asyncio.get_running_loop().run_in_executor(
+                    self._receivers, ack_once, self._state, topic, name, parse_ack(raw))
+            status, data = 200, dump_json(body)
         except ApiError as exc:
             status, data, content_type, headers = exc.status, api_problem(
                 exc, scope["path"]), _PROBLEM, exc.headers
@@ -268,8 +278,8 @@ class Api:
             if failure is None:
                 raise
             status, data, content_type, headers = failure
-        await _answer(send, scope, status, data, content_type, RECEIVE_RULE, hot=True,
-                      headers=headers)
+        await _answer(send, scope, status, data, content_type, _CONSUME_RULES[action],
+                      hot=True, headers=headers)
 
     async def _long_poll(self, topic: str, name: str, request: Any) -> dict[str, Any]:
         """Look; while nothing is deliverable and time is left, wait for the topic's

@@ -51,6 +51,16 @@ def receive_once(app_state: Any, topic: str, subscription: str,
     return received
 
 
+def parse_ack(raw: bytes) -> list[int]:
+    """An ack's offsets."""
+    return parse_body(subs.OffsetsIn, parse_json(raw)).offsets
+
+
+def ack_once(app_state: Any, topic: str, subscription: str, offsets: list[int]
+             ) -> dict[str, int]:
+    return {"acked": app_state.subscriptions.ack(topic, subscription, offsets)}
+
+
 @bp.put("/<subscription>")
 @requires(CONSUME, "topic")
 def put_subscription(topic: str, subscription: str) -> Response:
@@ -113,9 +123,7 @@ def receive(topic: str, subscription: str) -> Response:
 def ack(topic: str, subscription: str) -> Response:
     """Acknowledge offsets; ``acked``: how many were not acknowledged before."""
     check_names(topic, subscription)
-    req = parse_body(subs.OffsetsIn, json_body())
-    return json_response({"acked": state().subscriptions.ack(topic, subscription,
-                                                             req.offsets)})
+    return json_response(ack_once(state(), topic, subscription, parse_ack(request_body())))
 
 
 @bp.post("/<subscription>/nack")

@@ -187,9 +187,11 @@ def test_the_asgi_front_checks_its_hot_routes_itself(app: Any, client: Any) -> N
         http.close()
 
 
-def test_the_asgi_front_checks_receive_itself(app: Any, client: Any) -> None:
-    """A long-polling receive is served outside Flask, with the Flask view's declaration."""
-    assert asgi._RECEIVE_ACCESS is access_of(subscriptions.receive)
+def test_the_asgi_front_checks_receive_and_ack_itself(app: Any, client: Any) -> None:
+    """A long-polling receive and an ack are served outside Flask, with the Flask views'
+    declarations."""
+    assert asgi._CONSUME_ACCESS == {"receive": access_of(subscriptions.receive),
+                                    "ack": access_of(subscriptions.ack)}
     assert client.put(f"/v1/topics/{TOPIC}/subscriptions/s", json={},
                       headers=AS_ADMIN).status_code == 201
     consumer = make_token(client, f"consume:{TOPIC}")["token"]
@@ -209,6 +211,17 @@ def test_the_asgi_front_checks_receive_itself(app: Any, client: Any) -> None:
         assert r.status == 403 and b'"forbidden"' in r.body
         r = http.request("POST", path, headers=[("authorization", f"Bearer {consumer}")])
         assert r.status == 200 and r.body == b'{"messages":[]}'
+        ack = f"/v1/topics/{TOPIC}/subscriptions/s/ack"
+        body = b'{"offsets":[0]}'
+        length = ("content-length", str(len(body)))
+        r = http.request("POST", ack, body=body, headers=[length])
+        assert r.status == 401
+        r = http.request("POST", ack, body=body,
+                         headers=[length, ("authorization", f"Bearer {outsider}")])
+        assert r.status == 403 and b'"forbidden"' in r.body
+        r = http.request("POST", ack, body=body,
+                         headers=[length, ("authorization", f"Bearer {consumer}")])
+        assert r.status == 200 and r.body == b'{"acked":0}'
     finally:
         http.close()
 
