@@ -78,7 +78,8 @@ class Settings(BaseSettings):
     web_workers: int = Field(1, ge=1)
     # threads serving the Flask routes (under ASGI, all but the hot ones)
     web_threads: int = Field(64, ge=1)
-    # send and commit/rollback served on the event loop, ahead of Flask (app/api/asgi.py)
+    # send, commit/rollback, receive and ack served on the event loop, ahead of Flask
+    # (app/api/asgi.py)
     web_hot_routes: bool = True
     # a request's whole body must arrive within this time (else 408); read on the event
     # loop, so a slow client holds no thread meanwhile
