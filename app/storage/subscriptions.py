@@ -13,9 +13,8 @@ lock keep it consistent with several receivers, in one process or several:
   on PostgreSQL ``FOR UPDATE``, on SQLite the write transaction's ``BEGIN IMMEDIATE``):
   they read or move ``read_offset`` and the cursor, so they take turns. ``SKIP LOCKED``
   on the offset rows alone would not be enough for a receive, since the offsets it takes
-  first have no row yet (it creates them). On PostgreSQL a receive's common case, and
-  moving the cursor after an ack, are one statement each (``first_deliveries``,
-  ``advance_unless_busy``), so the row is locked only while the server runs it;
+  first have no row yet (it creates them). On PostgreSQL a receive's common case is one
+  statement (``first_deliveries``), so the row is locked only while the server runs it;
 - an ack, a nack, a renew and a transactional hold lock only the offset rows they change
   (``FOR UPDATE``, in offset order), and so does a receive for the rows it delivers again
   or dead-letters. They never wait for the subscription row, so acks do not queue behind
@@ -222,44 +221,26 @@ def add_leased(conn: Connection, sub_id: int, offsets: Sequence[int], until: dat
                            for o in offsets])
 
 
-# The subscription row locked (its commit not waiting for its flush), and the cursor over
-# the acknowledged head where the statement's snapshot can tell (see first_deliveries)
-_HEAD = """
-sub AS (
+# the subscription row locked (the commit not waiting for its flush); the cursor over the
+# acknowledged head where the statement's snapshot can tell; the common case (nothing to
+# deliver again or dead-letter, nothing expired), whose first deliveries are leased until
+# now + the ack timeout, deliverable again after the backoff of redelivery count 0, which
+# is LEAST(min_ms, max_ms) (``backoff_ms``)
+_FIRST_DELIVERIES = text("""
+WITH sub AS (
     SELECT id, read_offset, ack_cursor, ack_timeout_ms, backoff_min_ms, backoff_max_ms,
            xmin::text AS version,
            set_config('synchronous_commit', 'off', true) AS relaxed
-    FROM subscription WHERE {which} FOR UPDATE{skip_locked}
+    FROM subscription WHERE topic = :topic AND name = :name FOR UPDATE
 ), seen AS (  -- the row as the statement's snapshot has it: unchanged since, or not
-    SELECT xmin::text AS version FROM subscription WHERE {which}
+    SELECT xmin::text AS version FROM subscription WHERE topic = :topic AND name = :name
 ), head AS (
     SELECT LEAST(sub.read_offset, COALESCE(
                (SELECT min(o.queue_offset) FROM subscription_offset o
                 WHERE o.subscription_id = sub.id AND o.queue_offset >= sub.ack_cursor),
                sub.read_offset)) AS cursor
     FROM sub JOIN seen ON seen.version = sub.version
-)"""
-_BY_ID = "id = :sub"
-_BY_NAME = "topic = :topic AND name = :name"
-
-_ADVANCE = text("WITH" + _HEAD.format(which=_BY_ID, skip_locked=" SKIP LOCKED") + """
-UPDATE subscription SET ack_cursor = head.cursor FROM head, sub
-WHERE subscription.id = sub.id AND head.cursor > sub.ack_cursor
-""")
-
-
-def advance_unless_busy(conn: Connection, sub_id: int) -> None:
-    """PostgreSQL, on an ``each_statement_alone`` connection: ``advance`` as one
-    statement, unless another transaction holds the subscription row (as
-    ``first_deliveries`` does it)."""
-    conn.execute(_ADVANCE, {"sub": sub_id})
-
-
-# the common case: nothing to deliver again or dead-letter, nothing expired. A first
-# delivery's lease: until now + the ack timeout, deliverable again after the backoff of
-# redelivery count 0, which is LEAST(min_ms, max_ms) (``backoff_ms``)
-_FIRST_DELIVERIES = text("WITH" + _HEAD.format(which=_BY_NAME, skip_locked="") + """,
-plain AS (
+), plain AS (
     SELECT id, read_offset,
            :now + ack_timeout_ms * interval '1 millisecond' AS until,
            :now + (ack_timeout_ms + LEAST(backoff_min_ms, backoff_max_ms))
