@@ -408,13 +408,14 @@ def _backoff(sub: AnyRow, redelivery_count: int) -> timedelta:
 
 
 def message_fields(row: AnyRow) -> dict[str, Any]:
-    """A committed message as a read shows it."""
+    """A committed message as a read shows it, to be written as JSON: its keys and
+    properties are the JSON text they are stored as (not parsed to be written again)."""
     body = ({"body": bytes(row.body).decode()} if row.body_is_text
             else {"body_base64": base64.b64encode(row.body).decode()})
     return {"offset": row.queue_offset, "message_id": row.message_id,
             "transaction_id": row.transaction_id, "producer_group": row.producer_group,
-            "keys": orjson.loads(row.keys),
-            "tag": row.tag, "properties": orjson.loads(row.properties), **body,
+            "keys": orjson.Fragment(row.keys),
+            "tag": row.tag, "properties": orjson.Fragment(row.properties), **body,
             "created_at": row.created_at, "committed_at": row.committed_at}
 
 
