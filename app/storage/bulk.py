@@ -21,6 +21,7 @@ from sqlalchemy import (
     BigInteger,
     Column,
     Connection,
+    Engine,
     LargeBinary,
     String,
     Table,
@@ -46,7 +47,7 @@ KEYS = func.unnest(bindparam("k_groups", type_=postgresql.ARRAY(String)),
 TXN_IDS = bindparam("txn_ids", type_=postgresql.ARRAY(BigInteger))
 
 
-def is_pg(conn: Connection) -> bool:
+def is_pg(conn: Connection | Engine) -> bool:
     return conn.dialect.name == "postgresql"
 
 

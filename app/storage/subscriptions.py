@@ -295,7 +295,7 @@ ORDER BY p.queue_offset
 
 def one_statement_leases(engine: Engine) -> bool:
     """Whether ``first_deliveries`` serves this database (PostgreSQL)."""
-    return engine.dialect.name == "postgresql"
+    return is_pg(engine)
 
 
 @contextmanager
@@ -303,7 +303,7 @@ def each_statement_alone(engine: Engine) -> Iterator[Connection]:
     """A connection on which each statement is a transaction of its own (PostgreSQL), for
     work whose statements need not be one transaction: no BEGIN nor COMMIT round trips.
     On SQLite, one write transaction (see ``write_transaction``)."""
-    if engine.dialect.name != "postgresql":
+    if not is_pg(engine):
         with write_transaction(engine) as conn:
             yield conn
         return
