@@ -12,9 +12,9 @@ from sqlalchemy import create_engine, text
 
 from app.storage import subscriptions as store
 from app.storage.schema import UTCDateTime
+from tests.migration.rows import insert_subscription
 
 REVISION = "0009_due_offsets_index"
-NOW = "2026-01-01 00:00:00"
 
 
 def test_rows_due_at_once_stay_due(alembic_config: Config, database_url: str) -> None:
@@ -22,11 +22,7 @@ def test_rows_due_at_once_stay_due(alembic_config: Config, database_url: str) ->
     engine = create_engine(database_url)
     try:
         with engine.begin() as conn:
-            conn.execute(text(
-                "INSERT INTO subscription (id, topic, name, ack_timeout_ms, max_redeliveries,"
-                " backoff_min_ms, backoff_max_ms, dead_letter_topic, ack_cursor, read_offset,"
-                " created_at, updated_at) VALUES (1, 't', 's', 30000, 16, 1000, 60000,"
-                " 't-s-DLQ', 0, 3, :t, :t)"), {"t": NOW})
+            insert_subscription(conn, ack_cursor=0, read_offset=3)
             conn.execute(text(
                 "INSERT INTO subscription_offset (subscription_id, queue_offset, deliveries,"
                 " leased_until, next_at) VALUES (1, 0, 1, NULL, NULL),"

@@ -8,8 +8,9 @@ from alembic import command
 from alembic.config import Config
 from sqlalchemy import create_engine, inspect, text
 
+from tests.migration.rows import insert_subscription
+
 REVISION = "0008_open_offsets_only"
-NOW = "2026-01-01 00:00:00"
 # offset: acknowledged, in a subscription read up to offset 6 whose stored cursor is 1
 BEFORE = {1: True, 2: False, 3: True, 4: True, 5: False}
 
@@ -31,11 +32,7 @@ def test_acknowledged_rows_go_and_come_back(alembic_config: Config, database_url
     command.upgrade(alembic_config, f"{REVISION}-1")
     engine = create_engine(database_url)
     with engine.begin() as conn:
-        conn.execute(text(
-            "INSERT INTO subscription (id, topic, name, ack_timeout_ms, max_redeliveries,"
-            " backoff_min_ms, backoff_max_ms, dead_letter_topic, ack_cursor, read_offset,"
-            " created_at, updated_at) VALUES (1, 't', 's', 30000, 16, 1000, 60000, 't-s-DLQ',"
-            " 1, 6, :t, :t)"), {"t": NOW})
+        insert_subscription(conn, ack_cursor=1, read_offset=6)
         for offset, acked in BEFORE.items():
             conn.execute(text("INSERT INTO subscription_offset (subscription_id, queue_offset,"
                               " acked, deliveries) VALUES (1, :o, :a, 1)"),
