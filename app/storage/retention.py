@@ -31,6 +31,7 @@ from sqlalchemy import (
     insert,
     literal,
     select,
+    true,
     tuple_,
     update,
 )
@@ -39,6 +40,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from app.storage.bulk import among, is_pg
 from app.storage.schema import (
     AnyRow,
+    AnySelect,
     UTCDateTime,
     check_log,
     half_message,
@@ -137,22 +139,23 @@ class Head(NamedTuple):
 def expired_head(conn: Connection, topic: str, first: int, cutoff: datetime,
                  limit: int) -> Head:
     """How far the head of ``topic`` from ``first`` has expired (committed before
-    ``cutoff``), reading at most ``limit`` rows in offset order."""
-    rows = (select(message_log.c.queue_offset, message_log.c.committed_at)
-            .where(message_log.c.topic == topic, message_log.c.queue_offset >= first)
-            .order_by(message_log.c.queue_offset))
-    oldest = conn.execute(rows.limit(1)).first()
+    ``cutoff``), looking at offsets [first, first + limit) only.
+
+    The range is bounded by offsets, not by a LIMIT over the rows in offset order: the
+    planner cannot then choose to read every row from ``first`` on and sort them (as it
+    did on tables without statistics, with 70k rows read for a batch of 2,000)."""
+    in_batch = and_(message_log.c.topic == topic, message_log.c.queue_offset >= first,
+                    message_log.c.queue_offset < first + limit)
+    oldest = conn.execute(select(message_log.c.committed_at).where(in_batch)
+                          .order_by(message_log.c.queue_offset).limit(1)).first()
     if oldest is None or oldest.committed_at >= cutoff:  # the usual case: one row read
         return Head(first, False)
-    head = rows.limit(limit).subquery()
-    kept = func.min(case((head.c.committed_at >= cutoff, head.c.queue_offset)))
-    row = conn.execute(select(kept, func.max(head.c.queue_offset), func.count())).one()
-    first_kept, last, rows = row
+    kept = func.min(case((message_log.c.committed_at >= cutoff, message_log.c.queue_offset)))
+    first_kept, last = conn.execute(
+        select(kept, func.max(message_log.c.queue_offset)).where(in_batch)).one()
     if first_kept is not None:
         return Head(first_kept, False)
-    if rows == 0:
-        return Head(first, False)
-    return Head(last + 1, rows == limit)
+    return Head(last + 1, last + 1 == first + limit)
 
 
 def expire_head(conn: Connection, topic: str, first: int, end: int) -> int:
@@ -270,13 +273,7 @@ def expire_transactions(conn: Connection, txn_ids: Sequence[int], cutoff: dateti
     ).scalars())
     if not due:
         return Deleted(0, 0, 0, 0)
-    # a locking read: it waits for a topic's batch that is deleting these rows, and makes
-    # one that starts now wait for this transaction (see ``expire_head``)
-    referenced = set(conn.execute(
-        select(half_message.c.txn_id)
-        .join_from(message_log, half_message, half_message.c.id == message_log.c.half_message_id)
-        .where(among(conn, half_message.c.txn_id, due))
-        .with_for_update(of=message_log, key_share=True)).scalars())
+    referenced = set(conn.execute(_referenced(conn, due)).scalars())
     gone = [i for i in due if i not in referenced]
     if not gone:
         return Deleted(0, 0, 0, 0)
@@ -290,6 +287,26 @@ def expire_transactions(conn: Connection, txn_ids: Sequence[int], cutoff: dateti
     messages = conn.execute(delete(half_message)
                             .where(among(conn, half_message.c.txn_id, gone))).rowcount
     return Deleted(txns, messages, ops, checks)
+
+
+def _referenced(conn: Connection, txn_ids: Sequence[int]) -> AnySelect:
+    """Those of ``txn_ids`` that a committed log row still refers to, as a locking read:
+    it waits for a topic's batch that is deleting these rows, and makes one that starts
+    now wait for this transaction (see ``expire_head``).
+
+    On PostgreSQL each half message looks up its log row by index (a LATERAL subquery):
+    as a join, the planner may hash the whole committed log instead (it did on tables
+    without statistics, 14 ms a batch)."""
+    owners = among(conn, half_message.c.txn_id, txn_ids)
+    if not is_pg(conn):
+        return (select(half_message.c.txn_id)
+                .join_from(message_log, half_message,
+                           half_message.c.id == message_log.c.half_message_id)
+                .where(owners))
+    log_row = (select(message_log.c.half_message_id)
+               .where(message_log.c.half_message_id == half_message.c.id)
+               .limit(1).with_for_update(key_share=True).lateral())
+    return select(half_message.c.txn_id).select_from(half_message.join(log_row, true())).where(owners)
 
 
 def row_counts(conn: Connection) -> dict[str, int]:

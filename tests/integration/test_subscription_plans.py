@@ -20,24 +20,17 @@ from sqlalchemy.dialects import postgresql
 from app.storage import subscriptions as store
 from app.storage.db import make_engine
 from tests.conftest import make_settings
+from tests.plans import drop_statistics, indexes_used, most_rows
 
 TOPIC = "plans"
 BACKLOG = 20_000
-
-
-def _most_rows(node: dict[str, Any]) -> int:
-    """The most rows any node of a plan produced (over all its loops)."""
-    own = int(node["Actual Rows"]) * int(node.get("Actual Loops", 1))
-    return max([own, *(_most_rows(child) for child in node.get("Plans", []))])
 
 
 def test_scan_reads_only_its_window_without_statistics(postgres_url: str) -> None:
     engine = make_engine(make_settings(postgres_url))
     try:
         with engine.begin() as conn:
-            for table in ("message_log", "half_message", "txn"):
-                conn.execute(text("DELETE FROM pg_statistic WHERE starelid = "
-                                  f"'{table}'::regclass"))
+            drop_statistics(conn, "message_log", "half_message", "txn")
             conn.execute(text(
                 "INSERT INTO txn (producer_group, transaction_id, state, fingerprint,"
                 " message_count, check_immunity_seconds, check_times, next_check_at,"
@@ -60,7 +53,7 @@ def test_scan_reads_only_its_window_without_statistics(postgres_url: str) -> Non
             sql = store.scan_statement(TOPIC, 5_000, 100).compile(
                 dialect=postgresql.dialect(), compile_kwargs={"literal_binds": True})
             plan = conn.execute(text(f"EXPLAIN (ANALYZE, FORMAT JSON) {sql}")).scalar_one()
-        assert _most_rows(plan[0]["Plan"]) <= 100, plan
+        assert most_rows(plan[0]["Plan"]) <= 100, plan
     finally:
         engine.dispose()
 
@@ -71,11 +64,6 @@ OPEN_ROWS = 20_000
 def _plan(conn: Any, stmt: Any) -> dict[str, Any]:
     sql = stmt.compile(dialect=postgresql.dialect(), compile_kwargs={"literal_binds": True})
     return conn.execute(text(f"EXPLAIN (ANALYZE, FORMAT JSON) {sql}")).scalar_one()[0]["Plan"]
-
-
-def _indexes_used(node: dict[str, Any]) -> set[str]:
-    own = {node["Index Name"]} if "Index Name" in node else set()
-    return own.union(*(_indexes_used(child) for child in node.get("Plans", [])))
 
 
 def _explained(conn: Any, call: Callable[[], Any]) -> dict[str, Any]:
@@ -114,18 +102,17 @@ def test_due_probe_and_ack_read_only_their_rows_without_statistics(postgres_url:
                               " deliveries, leased_until, next_at)"
                               " SELECT 1, i, 1, :t, :t FROM generate_series(0, :n - 1) AS i"),
                          {"t": future, "n": OPEN_ROWS})
-            conn.execute(text("DELETE FROM pg_statistic WHERE starelid = "
-                              "'subscription_offset'::regclass"))
+            drop_statistics(conn, "subscription_offset")
         with engine.begin() as conn:
             now = datetime.now(UTC)
             assert store.any_row_due(conn, 1, now) is False
             probe = _plan(conn, select(store._any_due(1, now)))
-            assert _indexes_used(probe) == {"ix_subscription_offset_due"}, probe
-            assert _most_rows(probe) <= 1, probe
+            assert indexes_used(probe) == {"ix_subscription_offset_due"}, probe
+            assert most_rows(probe) <= 1, probe
             wanted = list(range(5_000, 5_100))
             plan = _explained(conn, lambda: store.acknowledge(conn, 1, wanted))
-            assert "ix_subscription_offset_due" not in _indexes_used(plan), plan
-            assert _most_rows(plan) <= len(wanted), plan
+            assert "ix_subscription_offset_due" not in indexes_used(plan), plan
+            assert most_rows(plan) <= len(wanted), plan
             conn.rollback()
     finally:
         engine.dispose()
