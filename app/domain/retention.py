@@ -64,8 +64,15 @@ class Retention:
         """Expire what is due, batch after batch, until nothing is or ``stop`` is set; the
         rows deleted by kind. On SQLite, where a batch holds the one write lock, it rests
         between batches as long as the batch took, so writers get at least half of the
-        lock whatever the backlog; on PostgreSQL it locks nothing writers wait for."""
+        lock whatever the backlog; on PostgreSQL it locks nothing writers wait for.
+
+        Topics and transactions expire against the same clock reading: a transaction
+        resolved before the cutoff had its messages committed before it, so its topics
+        (at the default retention) have let them go when the walk reaches it. With a
+        later reading for the walk, each run met the transactions resolved in between
+        still referred to, and locked their log rows for nothing."""
         stop = stop or threading.Event()
+        now = self.clock()
         deleted: Counter[str] = Counter()
         with write_transaction(self.engine) as conn:
             store.add_missing_topics(conn)
@@ -74,7 +81,7 @@ class Retention:
         for topic in topics:
             while not stop.is_set():
                 started = time.monotonic()
-                n, more = self.expire_topic(topic)
+                n, more = self.expire_topic(topic, now)
                 deleted["messages"] += n
                 if not more:
                     break
@@ -82,7 +89,7 @@ class Retention:
         self._walked = store.WALK_START
         while not stop.is_set():
             started = time.monotonic()
-            counts, more = self.expire_transactions()
+            counts, more = self.expire_transactions(now)
             deleted.update(counts)
             if not more:
                 break
@@ -117,10 +124,9 @@ class Retention:
         if self.engine.dialect.name == "sqlite":
             stop.wait(time.monotonic() - started)
 
-    def expire_topic(self, topic: str) -> tuple[int, bool]:
-        """One batch of ``topic``'s expired head: (rows deleted, whether more may be due).
-        Nothing when another process holds the topic this moment."""
-        now = self.clock()
+    def expire_topic(self, topic: str, now: datetime) -> tuple[int, bool]:
+        """One batch of ``topic``'s expired head at ``now``: (rows deleted, whether more
+        may be due). Nothing when another process holds the topic this moment."""
         with write_transaction(self.engine) as conn:
             row = store.lock_topic(conn, topic)
             if row is None:
@@ -131,7 +137,7 @@ class Retention:
                                       self.settings.retention_batch_size)
             if head.end <= row.first_offset:
                 return 0, False
-            n = store.expire_head(conn, topic, row.first_offset, head.end)
+            n = store.expire_head(conn, topic, row.first_offset, head.end, head.oldest)
             skipped = subscriptions.expire_below(conn, topic, head.end)
         metrics.RETENTION_DELETED.labels("messages").inc(n)
         for name, count in skipped:
@@ -141,10 +147,10 @@ class Retention:
                      row.first_offset, head.end - 1)
         return n, head.more
 
-    def expire_transactions(self) -> tuple[dict[str, int], bool]:
-        """One batch of resolved transactions past the retention: (rows deleted by kind,
-        whether more may be due). Nothing when another process holds the walk."""
-        cutoff = self.clock() - self.default
+    def expire_transactions(self, now: datetime) -> tuple[dict[str, int], bool]:
+        """One batch of resolved transactions past the retention at ``now``: (rows deleted
+        by kind, whether more may be due). Nothing when another process holds the walk."""
+        cutoff = now - self.default
         batch = self.settings.retention_batch_size
         with write_transaction(self.engine) as conn:
             cursor = store.lock_cursor(conn)

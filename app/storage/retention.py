@@ -134,6 +134,7 @@ def lock_topic(conn: Connection, topic: str) -> AnyRow | None:
 class Head(NamedTuple):
     end: int     # the first offset to keep: every offset in [first, end) has expired
     more: bool   # the whole batch had expired: the next one may too
+    oldest: datetime | None = None  # no later than the commit of any row in [first, end)
 
 
 def expired_head(conn: Connection, topic: str, first: int, cutoff: datetime,
@@ -151,16 +152,18 @@ def expired_head(conn: Connection, topic: str, first: int, cutoff: datetime,
     if oldest is None or oldest.committed_at >= cutoff:  # the usual case: one row read
         return Head(first, False)
     kept = func.min(case((message_log.c.committed_at >= cutoff, message_log.c.queue_offset)))
-    first_kept, last = conn.execute(
-        select(kept, func.max(message_log.c.queue_offset)).where(in_batch)).one()
+    first_kept, last, oldest_commit = conn.execute(
+        select(kept, func.max(message_log.c.queue_offset), func.min(message_log.c.committed_at))
+        .where(in_batch)).one()
     if first_kept is not None:
-        return Head(first_kept, False)
-    return Head(last + 1, last + 1 == first + limit)
+        return Head(first_kept, False, oldest_commit)
+    return Head(last + 1, last + 1 == first + limit, oldest_commit)
 
 
-def expire_head(conn: Connection, topic: str, first: int, end: int) -> int:
+def expire_head(conn: Connection, topic: str, first: int, end: int,
+                oldest: datetime | None) -> int:
     """Delete ``topic``'s log rows in [first, end) and raise its first offset to ``end``.
-    The rows deleted.
+    The rows deleted. ``oldest`` is no later than the commit of any of them.
 
     A transaction the walk over resolved transactions has already passed (see
     ``expire_transactions``) is queued for another look. The walk's position is read
@@ -168,24 +171,23 @@ def expire_head(conn: Connection, topic: str, first: int, end: int) -> int:
     saw the rows gone, or this transaction sees the position it moved to. A row
     committed after that position cannot belong to a transaction resolved before it
     (a transaction resolves when or after its messages enter the log), so in the usual
-    case nothing is queued and nothing joined.
+    case (the position before ``oldest``) nothing is queued and nothing joined.
+    Otherwise the owners of every row deleted are queued: one looked at again too early
+    is dropped from the queue and met by the walk later.
     """
     in_range = and_(message_log.c.topic == topic, message_log.c.queue_offset >= first,
                     message_log.c.queue_offset < end)
-    rows = conn.execute(select(message_log.c.half_message_id, message_log.c.committed_at)
-                        .where(in_range)).all()
-    deleted = conn.execute(delete(message_log).where(in_range)).rowcount
+    gone = list(conn.execute(delete(message_log).where(in_range)
+                             .returning(message_log.c.half_message_id)).scalars())
     walked_to = conn.execute(select(retention_cursor.c.resolved_at)
                              .where(retention_cursor.c.kind == TRANSACTIONS)).scalar()
-    passed = [r.half_message_id for r in rows
-              if walked_to is not None and r.committed_at <= walked_to]
-    if passed:
+    if gone and walked_to is not None and (oldest is None or oldest <= walked_to):
         owners = (select(half_message.c.txn_id).distinct()
-                  .where(among(conn, half_message.c.id, passed)))
+                  .where(among(conn, half_message.c.id, gone)))
         conn.execute(insert(retention_pending).from_select(["txn_id"], owners))
     conn.execute(update(topic_retention).where(topic_retention.c.topic == topic)
                  .values(first_offset=end))
-    return deleted
+    return len(gone)
 
 
 def oldest_retained(conn: Connection) -> list[AnyRow]:
@@ -226,12 +228,18 @@ def move_cursor(conn: Connection, resolved_at: datetime, txn_id: int) -> None:
 def walk_resolved(conn: Connection, after: tuple[datetime, int], cutoff: datetime,
                   limit: int) -> list[AnyRow]:
     """Resolved transactions past ``after`` in (resolved_at, id) order, resolved before
-    ``cutoff`` (on the partial index ``ix_txn_resolved``)."""
-    stmt = (select(txn.c.id, txn.c.resolved_at, txn.c.message_count)
+    ``cutoff`` (on the partial index ``ix_txn_resolved``): at most ``limit``, and none
+    once those before it hold ``limit`` messages. Transactions of 100 messages make a
+    batch of 20, and the other 1,980 rows are not sent to be dropped."""
+    upto = func.sum(txn.c.message_count).over(order_by=(txn.c.resolved_at, txn.c.id))
+    walk = (select(txn.c.id, txn.c.resolved_at, txn.c.message_count, upto.label("upto"))
             .where(txn.c.resolved_at.is_not(None), txn.c.resolved_at < cutoff,
                    tuple_(txn.c.resolved_at, txn.c.id)
                    > tuple_(literal(after[0], UTCDateTime()), literal(after[1], BigInteger())))
-            .order_by(txn.c.resolved_at, txn.c.id).limit(limit))
+            .order_by(txn.c.resolved_at, txn.c.id).limit(limit).subquery())
+    stmt = (select(walk.c.id, walk.c.resolved_at, walk.c.message_count)
+            .where(walk.c.upto - walk.c.message_count < limit)
+            .order_by(walk.c.resolved_at, walk.c.id))
     return list(conn.execute(stmt))
 
 
@@ -329,7 +337,11 @@ def autovacuum_on(conn: Connection) -> bool:
 
 def vacuum(conn: Connection, tables: Sequence[str]) -> None:
     """``VACUUM`` these tables (PostgreSQL; on a connection in autocommit), skipping one
-    another process is vacuuming now: their dead rows' space becomes reusable."""
+    another process is vacuuming now: their dead rows' space becomes reusable.
+
+    Without truncating the table's empty tail, which takes a lock that every insert
+    waits for (the space is reused by the next inserts anyway), and without parallel
+    workers: the tables' indexes are small, and the writers need the cores."""
     for table in tables:
         assert table in TABLE_OF_KIND.values(), table  # names, not input
-        conn.exec_driver_sql(f"VACUUM (SKIP_LOCKED) {table}")
+        conn.exec_driver_sql(f"VACUUM (SKIP_LOCKED, TRUNCATE false, PARALLEL 0) {table}")

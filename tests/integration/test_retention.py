@@ -303,6 +303,23 @@ def test_the_cursor_trails_the_walk(client, app) -> None:  # type: ignore[no-unt
     assert stored <= utcnow() + timedelta(seconds=2 * HOUR) - timedelta(seconds=HOUR) - CURSOR_LAG
 
 
+def test_the_walk_reads_only_the_transactions_of_one_batch(client, app) -> None:  # type: ignore[no-untyped-def]
+    """Batches hold 7 messages here: of ten resolved transactions of 3 messages, the walk
+    takes three (the third takes the count past 7) and sends no more rows."""
+    from app.storage import retention as store
+
+    register(client)
+    for _ in range(10):
+        commit(client, "orders", "orders", "orders")
+    with engine_of(app).connect() as conn:
+        walked = store.walk_resolved(conn, store.WALK_START, utcnow() + timedelta(hours=1), 7)
+        everything = store.walk_resolved(conn, store.WALK_START,
+                                         utcnow() + timedelta(hours=1), 100)
+    assert [r.message_count for r in walked] == [3, 3, 3]
+    assert [r.id for r in walked] == [r.id for r in everything[:3]]
+    assert len(everything) == 10
+
+
 def test_put_and_get_a_topic(client) -> None:  # type: ignore[no-untyped-def]
     r = client.put("/v1/topics/audit", json={"retention_seconds": 7 * 24 * HOUR})
     assert r.status_code == 200
