@@ -36,7 +36,7 @@ from app.domain.messages import TopicRetentionIn
 from app.errors import NotFound
 from app.storage import retention as store
 from app.storage import subscriptions
-from app.storage.db import wraps_db_errors, write_transaction
+from app.storage.db import commit_without_flush, wraps_db_errors, write_transaction
 from app.storage.schema import AnyRow
 
 log = logging.getLogger(__name__)
@@ -128,6 +128,7 @@ class Retention:
         """One batch of ``topic``'s expired head at ``now``: (rows deleted, whether more
         may be due). Nothing when another process holds the topic this moment."""
         with write_transaction(self.engine) as conn:
+            commit_without_flush(conn)
             row = store.lock_topic(conn, topic)
             if row is None:
                 return 0, False
@@ -153,6 +154,7 @@ class Retention:
         cutoff = now - self.default
         batch = self.settings.retention_batch_size
         with write_transaction(self.engine) as conn:
+            commit_without_flush(conn)
             cursor = store.lock_cursor(conn)
             if cursor is None:
                 return {}, False

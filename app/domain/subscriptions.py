@@ -41,7 +41,12 @@ from app.domain.names import (
 from app.domain.wakeups import TopicSignal
 from app.errors import Conflict, InvalidRequest, NotFound
 from app.storage import subscriptions as store
-from app.storage.db import wraps_db_errors, write_transaction
+from app.storage.db import (
+    commit_with_flush,
+    commit_without_flush,
+    wraps_db_errors,
+    write_transaction,
+)
 from app.storage.schema import AnyRow
 
 MAX_INT64 = 2**63 - 1
@@ -347,7 +352,7 @@ def _lease(conn: Connection, sub: AnyRow, max_messages: int, max_bytes: int) -> 
             if any_due else [])
     if dead:
         # it appends to a topic: its commit waits for the flush, as a commit's does
-        store.commit_with_flush(conn)
+        commit_with_flush(conn)
         cursor = _dead_letter(conn, sub, {r.queue_offset: r.deliveries for r in dead},
                               stored[0], read, now)
         stored = (cursor, stored[1])
@@ -474,7 +479,7 @@ def _advance_unless_busy(engine: Engine, sub_id: int) -> None:
         sub = store.lock_unless_busy(conn, sub_id)
         if sub is not None and store.advance(conn, sub.id, sub.ack_cursor,
                                              sub.read_offset) != sub.ack_cursor:
-            store.commit_without_flush(conn)
+            commit_without_flush(conn)
 
 
 @wraps_db_errors

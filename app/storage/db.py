@@ -125,6 +125,21 @@ def write_transaction(engine: Engine) -> Iterator[Connection]:
         yield conn
 
 
+def commit_with_flush(conn: Connection) -> None:
+    """This transaction's commit waits for its flush (undoes ``commit_without_flush``)."""
+    if conn.dialect.name == "postgresql":
+        conn.exec_driver_sql("SET LOCAL synchronous_commit TO on")
+
+
+def commit_without_flush(conn: Connection) -> None:
+    """Let this transaction's commit return before its WAL reaches the disk (PostgreSQL's
+    ``synchronous_commit`` for this transaction only). Only for transactions whose loss in
+    a crash is harmless: the database still applies them whole or not at all, in order,
+    and the next transaction that does wait for its flush makes them durable too."""
+    if conn.dialect.name == "postgresql":
+        conn.exec_driver_sql("SET LOCAL synchronous_commit TO off")
+
+
 def unavailable(exc: BaseException) -> DatabaseUnavailable | None:
     """The 503 a database failure answers with, or None if ``exc`` is not one (a bug).
 

@@ -590,7 +590,7 @@ _LOOK = select(
     .where(so.c.subscription_id == bindparam("sub"), so.c.queue_offset >= bindparam("cursor"))
     .scalar_subquery(),
     _any_due(bindparam("sub"), bindparam("now", type_=UTCDateTime())))
-# and: its commit does not wait for its flush (see ``commit_without_flush``)
+# and: its commit does not wait for its flush (see ``db.commit_without_flush``)
 _LOOK_PG = _LOOK.add_columns(func.set_config("synchronous_commit", "off", True))
 
 
@@ -600,25 +600,10 @@ def look(conn: Connection, sub_id: int, topic: str, now: datetime, cursor: int) 
     the row locked), the lowest offset row (at or above the stored ``cursor``, as
     ``lowest_open``), whether an offset row is due. On PostgreSQL it
     also makes the transaction's commit not wait for its flush (a receive records
-    leases); ``commit_with_flush`` undoes that."""
+    leases); ``db.commit_with_flush`` undoes that."""
     row = conn.execute(_LOOK_PG if is_pg(conn) else _LOOK,
                        {"topic": topic, "sub": sub_id, "now": now, "cursor": cursor}).one()
     return Look(int(row[0]), None if row[1] is None else int(row[1]), bool(row[2]))
-
-
-def commit_with_flush(conn: Connection) -> None:
-    """Undo ``look``'s relaxation: this transaction's commit waits for its flush."""
-    if is_pg(conn):
-        conn.exec_driver_sql("SET LOCAL synchronous_commit TO on")
-
-
-def commit_without_flush(conn: Connection) -> None:
-    """Let this transaction's commit return before its WAL reaches the disk (PostgreSQL's
-    ``synchronous_commit`` for this transaction only). Only for transactions whose loss in
-    a crash is harmless: the database still applies them whole or not at all, in order,
-    and the next transaction that does wait for its flush makes them durable too."""
-    if is_pg(conn):
-        conn.exec_driver_sql("SET LOCAL synchronous_commit TO off")
 
 
 def any_row_due(conn: Connection, sub_id: int, now: datetime) -> bool:
