@@ -2,7 +2,8 @@
 
 - ``throughput``: (b) and (d) with a ``txmsg checker`` beside the service, retention off
   (a year: nothing expires) and on (a few seconds: the job deletes as fast as the load
-  writes), in interleaved rounds; medians and the on/off ratios.
+  writes, and vacuums), in interleaved rounds, each run from empty tables; medians and
+  the on/off ratios.
 - ``drain``: a table holding many expired rows (built with ``generate_series``, not over
   HTTP) emptied by the retention job while a paced send + commit load runs: the time it
   takes and the commit latency meanwhile, against the same load before the job starts.
@@ -19,7 +20,7 @@ from typing import Any
 import psycopg
 
 from bench import txmsg_load
-from bench.pgdb import clean_env, libpq_url, txmsg_command
+from bench.pgdb import clean_env, libpq_url, truncate_all, txmsg_command
 from bench.service import Server
 
 EXPIRED_GROUP = "bench-expired"
@@ -47,18 +48,12 @@ class Checker:
             self.proc.wait(timeout=10)
 
 
-def _expired_left(db: str, seconds: float) -> bool:
-    """Whether a resolved transaction older than ``seconds`` is still there."""
-    with psycopg.connect(libpq_url(db), autocommit=True) as conn:
-        return conn.execute(
-            "SELECT EXISTS (SELECT 1 FROM txn WHERE resolved_at IS NOT NULL"
-            " AND resolved_at < now() - make_interval(secs => %s))", (seconds,)
-        ).fetchone()[0]
-
-
 def throughput(db: str, server: Server, clients: int, seconds: float, warmup: float,
                rounds: int, batch: int, retention_seconds: int = 5) -> dict[str, Any]:
-    """(b) and (d) with retention off and on; medians of interleaved rounds."""
+    """(b) and (d) with retention off and on, in interleaved rounds, each run from empty
+    tables (so that neither mode pays for the rows another run left, nor for vacuuming
+    them): the medians, their ratio, and the median of each round's ratio (a round's two
+    runs are adjacent in time, so the pair shares whatever else the machine does)."""
     runs: dict[str, list[float]] = {}
     loads: dict[str, Callable[[], dict[str, Any]]] = {
         "b": lambda: txmsg_load.pairs(server, clients, seconds, warmup),
@@ -67,14 +62,10 @@ def throughput(db: str, server: Server, clients: int, seconds: float, warmup: fl
     for _ in range(rounds):
         for name, load in loads.items():
             for mode, retention in (("off", YEAR), ("on", retention_seconds)):
+                truncate_all(db)
                 checker = Checker(db, retention_seconds=retention,
                                   retention_interval_seconds=1)
                 try:
-                    if mode == "on":  # start from steady state, not from a backlog
-                        deadline = time.monotonic() + 600
-                        while (_expired_left(db, retention_seconds + 5)
-                               and time.monotonic() < deadline):
-                            time.sleep(1)
                     result = load()
                 finally:
                     checker.stop()
@@ -85,6 +76,9 @@ def throughput(db: str, server: Server, clients: int, seconds: float, warmup: fl
         out[key] = sorted(values)[len(values) // 2]
     for name in loads:
         out[f"{name}_on_over_off"] = round(out[f"{name}_on"] / out[f"{name}_off"], 3)
+        paired = sorted(on / off for on, off in zip(runs[f"{name}_on"], runs[f"{name}_off"],
+                                                      strict=True))
+        out[f"{name}_paired_on_over_off"] = round(paired[len(paired) // 2], 3)
     return out
 
 

@@ -431,6 +431,9 @@ def _summary(r: dict[str, Any], out_path: Path) -> None:
         ("retention: (b) / (d) on over off",
          (f"{_get(r, 'retention_throughput', 'b_on_over_off')} / "
           f"{_get(r, 'retention_throughput', 'd_on_over_off')}")),
+        ("retention: (b) / (d) median of each round's on over off",
+         (f"{_get(r, 'retention_throughput', 'b_paired_on_over_off')} / "
+          f"{_get(r, 'retention_throughput', 'd_paired_on_over_off')}")),
         ("retention: expired rows emptied in s (commit max ms)",
          (f"{_get(r, 'retention_drain', 'emptied_seconds')} "
           f"({_get(r, 'retention_drain', 'commit_ms_max')})")),
