@@ -102,6 +102,21 @@ def test_a_topic_expired_whole_reads_empty_from_its_next_offset(client, app) -> 
     assert commit(client, "orders")["messages"][0]["offset"] == 20
 
 
+def test_a_gap_longer_than_a_batch_does_not_stop_the_head(client, app) -> None:  # type: ignore[no-untyped-def]
+    """Offsets 0..9 deleted by hand (batches of 7 here): the head moves past the gap, and
+    their transactions, no longer referred to, go too."""
+    register(client)
+    for _ in range(20):
+        commit(client, "orders")
+    with engine_of(app).begin() as conn:
+        conn.execute(message_log.delete().where(message_log.c.queue_offset < 10))
+    backdate(engine_of(app), hours=2)
+
+    assert retention(app).run() == Counter(messages=10, transactions=20, half_messages=20,
+                                           op_records=20)
+    assert client.get("/v1/topics/orders").json["first_offset"] == 20
+
+
 def test_nothing_expires_before_its_time(client, app) -> None:  # type: ignore[no-untyped-def]
     register(client)
     commit(client, "orders")
