@@ -76,7 +76,7 @@ class Plan:
     checker_seconds: float = 60.0
     ingest_rows: int = 1_000_000
     ingest_rounds: int = 3         # of txmsg ingest / plain Spark job / COPY, interleaved
-    retention_rounds: int = 5     # on/off ratios within noise of up to 10% between rounds
+    retention_rounds: int = 5     # a mode varies by up to 25% from round to round here
     retention_drain_rows: int = 10_000_000
     retention_drain_rate: float = 300.0  # pairs/s while the expired rows are emptied
     consumers: int = 4             # (g) and (h)
