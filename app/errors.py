@@ -57,7 +57,11 @@ class UnregisteredProducerGroup(ApiError):
 
 
 class DatabaseUnavailable(ApiError):
+    """Raised at the engine's edge (``app.storage.db``) for every way the database fails
+    to answer; ``connection_invalidated``: the connection it failed on was lost."""
+
     status, code, title = 503, "database_unavailable", "Database unavailable"
+    connection_invalidated = False
 
 
 def one_line(exc: BaseException) -> str:

@@ -66,7 +66,6 @@ from app.api.subscriptions import ack_once, check_names, parse_ack, parse_receiv
 from app.api.transactions import check_ack_scopes, check_finish, parse_send, send_answer
 from app.domain.access import UNRESTRICTED, Principal
 from app.errors import ApiError, InvalidRequest
-from app.storage.db import unavailable
 from app.vocabulary import Op
 
 # the Flask rules' shapes: <group> and <transaction_id> are one path segment each
@@ -240,12 +239,10 @@ class Api:
 
     def _failure(self, scope: HTTPScope, exc: Exception
                  ) -> tuple[int, bytes, bytes, tuple[tuple[str, str], ...]] | None:
-        """The answer to a request that failed other than with an ApiError, as Flask
-        would give it; None: let ``exc`` propagate."""
+        """The answer to a request that failed other than with an ApiError (a bug: the
+        database's failures are ApiErrors from the engine's edge), as Flask would give it;
+        None: let ``exc`` propagate."""
         path = scope["path"]
-        error = unavailable(exc)
-        if error is not None:
-            return error.status, api_problem(error, path), _PROBLEM, ()
         if self._propagates():
             return None
         # as Flask does with an unhandled error: log it, answer 500

@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 from flask import Blueprint, Response
-from sqlalchemy import exc as sa_exc
 
 from app import metrics
 from app.api.access import public
 from app.api.http import json_response, problem, state
 from app.api.openapi import openapi_document
-from app.domain import reads, retention, subscriptions
-from app.storage.db import current_revision, head_revision, refuses_writes
+from app.domain import health, reads, retention, subscriptions
 
 bp = Blueprint("health", __name__)
 
@@ -26,22 +24,13 @@ def healthz() -> Response:
 @public
 def readyz() -> Response:
     """The database answers, takes writes and its schema is at the head revision."""
-    head = head_revision()
-    try:
-        with state().engine.connect() as conn:
-            current = current_revision(conn)
-            read_only = refuses_writes(conn)
-    except sa_exc.SQLAlchemyError as exc:
-        return problem(503, "database_unavailable", "Database unavailable",
-                       f"cannot reach the database: {type(exc).__name__}")
-    if read_only:
-        return problem(503, "database_unavailable", "Database unavailable",
-                       "the database refuses writes (read-only, or a standby)")
-    if current != head:
-        return problem(503, "schema_not_at_head", "Schema not at head",
-                       f"schema revision is {current}, head is {head}; run `txmsg migrate`",
-                       revision=current, head=head)
-    return json_response({"status": "ready", "revision": current})
+    ready = health.readiness(state().engine)
+    if ready.code == "database_unavailable":
+        return problem(503, ready.code, "Database unavailable", ready.detail)
+    if ready.code is not None:
+        return problem(503, ready.code, "Schema not at head", ready.detail,
+                       revision=ready.revision, head=ready.head)
+    return json_response({"status": "ready", "revision": ready.revision})
 
 
 @bp.get("/metrics")

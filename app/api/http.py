@@ -7,11 +7,9 @@ from typing import Any
 
 import orjson
 from flask import Flask, Response, current_app, request
-from sqlalchemy.exc import SQLAlchemyError
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
 from app.errors import ApiError, InvalidRequest
-from app.storage.db import unavailable
 
 PROBLEM_TYPE = "urn:txmsg:problem:"
 PROBLEM_MEDIA_TYPE = "application/problem+json"
@@ -115,13 +113,6 @@ def register_error_handlers(app: Flask) -> None:
     def _api_error(exc: ApiError) -> Response:
         return Response(api_problem(exc, request.path), status=exc.status,
                         mimetype=PROBLEM_MEDIA_TYPE, headers=exc.headers)
-
-    @app.errorhandler(SQLAlchemyError)
-    def _database_error(exc: SQLAlchemyError) -> Response:
-        error = unavailable(exc)
-        if error is None:  # a bug, not the database: a logged 500
-            raise exc
-        return _api_error(error)
 
     @app.errorhandler(HTTPException)
     def _http_error(exc: HTTPException) -> Response:

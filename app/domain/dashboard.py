@@ -22,7 +22,6 @@ from app.domain.lifecycle import utcnow
 from app.domain.names import is_valid_name, is_valid_transaction_id
 from app.errors import InvalidRequest, NotFound
 from app.storage import checks, dashboard, reads
-from app.storage.db import wraps_db_errors
 from app.storage.groups import check_urls
 from app.storage.schema import AnyRow
 from app.vocabulary import State
@@ -65,7 +64,6 @@ def _topic_lines(conn: Connection, only_topics: Collection[str] | None,
     return lines
 
 
-@wraps_db_errors
 def topics(engine: Engine, only_topics: Collection[str] | None) -> list[TopicLine]:
     """The first ``OVERVIEW_TOPICS`` topics by name, with their offsets and how many
     messages each had committed in the last hour."""
@@ -73,7 +71,6 @@ def topics(engine: Engine, only_topics: Collection[str] | None) -> list[TopicLin
         return _topic_lines(conn, only_topics, utcnow() - RECENT)
 
 
-@wraps_db_errors
 def overview(engine: Engine, only_groups: Collection[str] | None,
              only_topics: Collection[str] | None) -> Overview:
     now = utcnow()
@@ -130,7 +127,6 @@ def parse_group(group: str | None) -> str | None:
     return group
 
 
-@wraps_db_errors
 def transactions(engine: Engine, only_groups: Collection[str] | None, *, group: str | None,
                  state: State | None, search: str | None, before: int | None,
                  limit: int = PAGE) -> TransactionPage:
@@ -179,7 +175,6 @@ class TransactionView:
     timeline: list[Event] = field(default_factory=list)
 
 
-@wraps_db_errors
 def transaction(engine: Engine, group: str, transaction_id: str) -> TransactionView:
     """A transaction with its messages (sizes, not bodies), every check, every operation,
     and a timeline of all of them."""
@@ -227,7 +222,6 @@ class TopicPage:
     following: int | None  # the offset the next page starts at, if any
 
 
-@wraps_db_errors
 def browse(engine: Engine, topic: str, from_offset: int | None,
            limit: int = PAGE) -> TopicPage:
     """A page of a topic's committed messages by offset (the latest page by default),
@@ -255,7 +249,6 @@ def _body(preview: bytes, is_text: bool, size: int) -> dict[str, Any]:
     return {"text": None, "hex": " ".join(f"{b:02x}" for b in preview), "cut": cut}
 
 
-@wraps_db_errors
 def message(engine: Engine, message_id: str) -> dict[str, Any]:
     """One message: its transaction, place in the log, properties and body (text shown,
     binary as a hex preview), at most ``DETAIL_BYTES`` of it."""
@@ -278,7 +271,6 @@ def message(engine: Engine, message_id: str) -> dict[str, Any]:
                     row.body_is_text, row.size)}
 
 
-@wraps_db_errors
 def groups(engine: Engine, only_groups: Collection[str] | None,
            after: str = "", limit: int = PAGE) -> tuple[list[dict[str, Any]], str | None]:
     """Registered producer groups with their callbacks (never their signing secrets),

@@ -20,7 +20,7 @@ from app.domain.lifecycle import utcnow
 from app.domain.messages import ProducerGroupIn
 from app.errors import NotFound
 from app.storage import groups
-from app.storage.db import wraps_db_errors, write_transaction
+from app.storage.db import write_transaction
 from app.storage.schema import AnyRow
 
 
@@ -44,7 +44,6 @@ def _registration(conn: Connection, name: str) -> dict[str, Any]:
     return _shape(row)
 
 
-@wraps_db_errors
 def register(engine: Engine, name: str, request: ProducerGroupIn) -> dict[str, Any]:
     now = utcnow()
     with write_transaction(engine) as conn:
@@ -53,20 +52,17 @@ def register(engine: Engine, name: str, request: ProducerGroupIn) -> dict[str, A
         return _registration(conn, name)
 
 
-@wraps_db_errors
 def get(engine: Engine, name: str) -> dict[str, Any]:
     with engine.connect() as conn:
         return _registration(conn, name)
 
 
-@wraps_db_errors
 def delete(engine: Engine, name: str) -> None:
     with write_transaction(engine) as conn:
         if not groups.delete_group(conn, name):
             raise _not_found(name)
 
 
-@wraps_db_errors
 def rotate_secret(engine: Engine, settings: Settings, name: str) -> dict[str, Any]:
     """A new signing secret; the one it replaces signs too during the overlap."""
     now = utcnow()

@@ -28,7 +28,7 @@ from app.domain.states import Outcome
 from app.domain.wakeups import TopicSignal
 from app.errors import ApiError, Conflict, NotFound, UnregisteredProducerGroup
 from app.storage import finishes, groups, notices, reads, sends
-from app.storage.db import wraps_db_errors, write_transaction
+from app.storage.db import write_transaction
 from app.storage.sends import NewTransaction
 from app.storage.writer import GroupCommitWriter
 from app.vocabulary import RESOLVED, Op, State
@@ -322,7 +322,6 @@ class Lifecycle:
                 None, self._send_holding, cmd))
         return self._sent(request, await self.send_writer.submit_async(cmd))
 
-    @wraps_db_errors
     def _send_holding(self, cmd: SendCmd) -> SendResult:
         """A send that carries acks: stored with its holds in one database transaction of
         its own (a send without acks, the hot path, stays in the group-commit batches).

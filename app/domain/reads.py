@@ -12,7 +12,6 @@ from sqlalchemy import Engine
 
 from app.errors import InvalidRequest, NotFound
 from app.storage import checks, reads, retention, topics
-from app.storage.db import wraps_db_errors
 from app.storage.schema import AnyRow
 from app.vocabulary import State
 
@@ -47,7 +46,6 @@ def _transaction(row: AnyRow, messages: list[AnyRow], offsets: dict[str, int]) -
     return out
 
 
-@wraps_db_errors
 def get_transaction(engine: Engine, group: str, transaction_id: str, *,
                     with_checks: bool = False) -> dict[str, Any]:
     """One transaction and its messages; ``with_checks``: its check history too, oldest
@@ -70,7 +68,6 @@ def get_transaction(engine: Engine, group: str, transaction_id: str, *,
         return out
 
 
-@wraps_db_errors
 def list_transactions(engine: Engine, group: str | None, state: str | None, after: int,
                       limit: int) -> dict[str, Any]:
     """Transactions in id order (oldest first), of ``group`` or of every group if None."""
@@ -85,7 +82,6 @@ def list_transactions(engine: Engine, group: str | None, state: str | None, afte
             "next_after": str(rows[-1].id) if len(rows) == limit else None}
 
 
-@wraps_db_errors
 def read_topic(engine: Engine, topic: str, from_offset: int, limit: int,
                max_bytes: int) -> dict[str, Any]:
     """A page of committed messages: at most ``limit`` and ``max_bytes`` of bodies (but
@@ -107,7 +103,6 @@ def read_topic(engine: Engine, topic: str, from_offset: int, limit: int,
             "first_offset": first}
 
 
-@wraps_db_errors
 def list_topics(engine: Engine, after: str, limit: int,
                 only: Collection[str] | None = None) -> dict[str, Any]:
     """Topics by name; only those in ``only`` (the ones a token may consume) unless None."""
@@ -117,7 +112,6 @@ def list_topics(engine: Engine, after: str, limit: int,
             "next_after": rows[-1].topic if len(rows) == limit else None}
 
 
-@wraps_db_errors
 def get_message(engine: Engine, message_id: str) -> dict[str, Any]:
     with engine.connect() as conn:
         row = topics.get_message(conn, message_id)
@@ -140,7 +134,6 @@ class PreparedBacklog(NamedTuple):
     oldest_age_seconds: float  # 0 when nothing is PREPARED
 
 
-@wraps_db_errors
 def prepared_backlog(engine: Engine) -> PreparedBacklog:
     """What /metrics shows of the unresolved transactions, read at scrape time."""
     with engine.connect() as conn:

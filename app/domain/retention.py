@@ -36,7 +36,7 @@ from app.domain.messages import TopicRetentionIn
 from app.errors import NotFound
 from app.storage import retention as store
 from app.storage import subscriptions
-from app.storage.db import commit_without_flush, wraps_db_errors, write_transaction
+from app.storage.db import commit_without_flush, write_transaction
 from app.storage.schema import AnyRow
 
 log = logging.getLogger(__name__)
@@ -205,7 +205,6 @@ def _topic(state: store.TopicState, default: int) -> dict[str, Any]:
             "retention_default": state.retention_seconds is None}
 
 
-@wraps_db_errors
 def get_topic(engine: Engine, settings: Settings, topic: str) -> dict[str, Any]:
     with engine.connect() as conn:
         state = store.get_topic(conn, topic)
@@ -214,7 +213,6 @@ def get_topic(engine: Engine, settings: Settings, topic: str) -> dict[str, Any]:
     return _topic(state, settings.retention_seconds)
 
 
-@wraps_db_errors
 def list_topics(engine: Engine, settings: Settings, after: str, limit: int) -> dict[str, Any]:
     """Every topic by name, as ``get_topic`` shows one; ``next_after`` pages on."""
     with engine.connect() as conn:
@@ -223,7 +221,6 @@ def list_topics(engine: Engine, settings: Settings, after: str, limit: int) -> d
             "next_after": states[-1].topic if len(states) == limit else None}
 
 
-@wraps_db_errors
 def set_topic_retention(engine: Engine, settings: Settings, topic: str,
                         request: TopicRetentionIn) -> dict[str, Any]:
     with write_transaction(engine) as conn:
@@ -233,7 +230,6 @@ def set_topic_retention(engine: Engine, settings: Settings, topic: str,
     return _topic(state, settings.retention_seconds)
 
 
-@wraps_db_errors
 def oldest_ages(engine: Engine) -> Iterable[tuple[str, float]]:
     """(topic, seconds since the commit of its oldest retained message), for /metrics."""
     now = utcnow()

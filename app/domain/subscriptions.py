@@ -44,7 +44,6 @@ from app.storage import subscriptions as store
 from app.storage.db import (
     commit_with_flush,
     commit_without_flush,
-    wraps_db_errors,
     write_transaction,
 )
 from app.storage.schema import AnyRow
@@ -204,7 +203,6 @@ def _not_found(topic: str, name: str) -> NotFound:
 # -- administration -----------------------------------------------------------------------
 
 
-@wraps_db_errors
 def put(engine: Engine, topic: str, name: str, request: SubscriptionIn
         ) -> tuple[dict[str, Any], bool]:
     """Create a subscription (True) or change its settings (False); its description."""
@@ -232,13 +230,11 @@ def put(engine: Engine, topic: str, name: str, request: SubscriptionIn
         return _describe(conn, row, now), created
 
 
-@wraps_db_errors
 def get(engine: Engine, topic: str, name: str) -> dict[str, Any]:
     with engine.connect() as conn:
         return _describe(conn, _found(conn, topic, name), utcnow())
 
 
-@wraps_db_errors
 def list_subscriptions(engine: Engine, topic: str, after: str, limit: int) -> dict[str, Any]:
     now = utcnow()
     with engine.connect() as conn:
@@ -248,7 +244,6 @@ def list_subscriptions(engine: Engine, topic: str, after: str, limit: int) -> di
             "next_after": rows[-1].name if len(rows) == limit else None}
 
 
-@wraps_db_errors
 def describe_each(engine: Engine, pairs: Sequence[tuple[str, str]]) -> list[dict[str, Any]]:
     """Each (topic, name) described as ``get`` does, on one connection; the ones that no
     longer exist are left out."""
@@ -258,13 +253,11 @@ def describe_each(engine: Engine, pairs: Sequence[tuple[str, str]]) -> list[dict
         return [_describe(conn, row, now) for row in rows if row is not None]
 
 
-@wraps_db_errors
 def delete(engine: Engine, topic: str, name: str) -> None:
     with write_transaction(engine) as conn:
         store.remove(conn, _found(conn, topic, name, lock=True).id)
 
 
-@wraps_db_errors
 def backlogs(engine: Engine) -> list[tuple[str, str, int]]:
     """(topic, subscription, backlog) of every subscription, for the metrics."""
     with engine.connect() as conn:
@@ -272,7 +265,6 @@ def backlogs(engine: Engine) -> list[tuple[str, str, int]]:
                 for r in store.backlogs(conn)]
 
 
-@wraps_db_errors
 def anything_due(engine: Engine, topic: str, name: str) -> bool:
     """Whether a receive on the subscription would find something to do now (True for an
     unknown subscription: the receive answers 404). Read-only, for waiting receives."""
@@ -292,7 +284,6 @@ class Received:
     redelivered: int = 0
 
 
-@wraps_db_errors
 def receive(engine: Engine, topic: str, name: str, max_messages: int,
             max_bytes: int) -> Received:
     """Lease up to ``max_messages`` deliverable messages (at most ``max_bytes`` of bodies,
@@ -451,7 +442,6 @@ def _locked(conn: Connection, topic: str, name: str) -> AnyRow:
     return _found(conn, topic, name, lock=True)
 
 
-@wraps_db_errors
 def ack(engine: Engine, topic: str, name: str, offsets: Sequence[int]) -> int:
     """Acknowledge offsets (those delivered, not yet acknowledged, not held by a
     transaction); how many were newly acknowledged.
@@ -482,7 +472,6 @@ def _advance_unless_busy(engine: Engine, sub_id: int) -> None:
             commit_without_flush(conn)
 
 
-@wraps_db_errors
 def nack(engine: Engine, topic: str, name: str, offsets: Sequence[int],
          delay_ms: int | None) -> int:
     """Give leased messages back, deliverable after ``delay_ms`` or the backoff; how many."""
@@ -500,7 +489,6 @@ def nack(engine: Engine, topic: str, name: str, offsets: Sequence[int],
         return len(changes)
 
 
-@wraps_db_errors
 def renew(engine: Engine, topic: str, name: str, offsets: Sequence[int]) -> int:
     """Leases still held on these offsets run for another ack timeout; how many."""
     now = utcnow()
@@ -514,7 +502,6 @@ def renew(engine: Engine, topic: str, name: str, offsets: Sequence[int]) -> int:
         return len(changes)
 
 
-@wraps_db_errors
 def seek(engine: Engine, topic: str, name: str, offset: int) -> dict[str, Any]:
     """Every offset below ``offset`` acknowledged, every one from it on not, leases
     dropped; the subscription's description."""

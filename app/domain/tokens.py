@@ -31,7 +31,7 @@ from app.domain.lifecycle import utcnow
 from app.domain.messages import parse_body
 from app.errors import InvalidRequest, NotFound
 from app.storage import tokens
-from app.storage.db import wraps_db_errors, write_transaction
+from app.storage.db import write_transaction
 from app.storage.schema import AnyRow
 
 TOKEN_PREFIX = "txmsg_"
@@ -101,7 +101,6 @@ def _shape(row: AnyRow) -> dict[str, Any]:
             "created_at": row.created_at}
 
 
-@wraps_db_errors
 def create(engine: Engine, request: TokenIn) -> dict[str, Any]:
     """A new token; the answer is the only place its secret ever appears."""
     token_id = secrets.token_hex(8)
@@ -112,7 +111,6 @@ def create(engine: Engine, request: TokenIn) -> dict[str, Any]:
     return {**_shape(row), "token": token}
 
 
-@wraps_db_errors
 def list_tokens(engine: Engine, after: int, limit: int) -> dict[str, Any]:
     with engine.connect() as conn:
         rows = tokens.list_tokens(conn, after, limit)
@@ -120,14 +118,12 @@ def list_tokens(engine: Engine, after: int, limit: int) -> dict[str, Any]:
             "next_after": str(rows[-1].id) if len(rows) == limit else None}
 
 
-@wraps_db_errors
 def revoke(engine: Engine, token_id: str) -> None:
     with write_transaction(engine) as conn:
         if not tokens.delete_token(conn, token_id):
             raise NotFound(f"no token {token_id!r}", code="token_not_found")
 
 
-@wraps_db_errors
 def principal_of(engine: Engine, token_id: str) -> Principal | None:
     """Who a stored token acts as, by its id (None once revoked): for a session that was
     opened with the token, which keeps only its id."""
@@ -199,7 +195,6 @@ class TokenGuard:
         with self._writing:
             self._cache.clear()
 
-    @wraps_db_errors
     def _load(self, token_id: str) -> AnyRow | None:
         with self._engine.connect() as conn:
             return tokens.get_token(conn, token_id)

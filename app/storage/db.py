@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import ExceptionContext, make_url
 from sqlalchemy.engine.interfaces import DBAPIConnection
-from sqlalchemy.pool import ConnectionPoolEntry, NullPool
+from sqlalchemy.pool import ConnectionPoolEntry, NullPool, QueuePool
 
 from app.config import Settings
 from app.errors import DatabaseUnavailable
@@ -27,9 +26,6 @@ _KEEPALIVES_COUNT = 3
 # SQLSTATE 25006: a write on a read-only server (a standby) or in a read-only transaction
 _READ_ONLY_SQLSTATE = "25006"
 
-P = ParamSpec("P")
-R = TypeVar("R")
-
 
 def make_engine(settings: Settings, *, pool: bool = True) -> Engine:
     """Build the process's engine: SQLite in WAL mode with a busy timeout, or pooled PostgreSQL."""
@@ -42,10 +38,11 @@ def make_engine(settings: Settings, *, pool: bool = True) -> Engine:
             url,
             connect_args={"timeout": settings.sqlite_busy_timeout_ms / 1000,
                           "check_same_thread": False},
-            poolclass=None if pool else NullPool,
+            poolclass=(NullPool if not pool else None if database in (None, "", ":memory:")
+                       else UnavailableWhenExhausted),
         )
         _configure_sqlite(engine, settings)
-        return engine
+        return raising_unavailable(engine)
     if url.get_backend_name() == "postgresql" and url.get_driver_name() in ("", "psycopg2"):
         url = url.set(drivername="postgresql+psycopg")
     # plan_cache_mode: statements prepared by psycopg are planned for their parameters each
@@ -61,12 +58,13 @@ def make_engine(settings: Settings, *, pool: bool = True) -> Engine:
             max_overflow=settings.db_max_overflow,
             pool_timeout=settings.db_pool_timeout_seconds,
             pool_pre_ping=True,
+            poolclass=UnavailableWhenExhausted,
         )
     else:
         kwargs["poolclass"] = NullPool
     engine = create_engine(url, connect_args=pg_connect_args(settings, options), **kwargs)
     event.listen(engine, "handle_error", _failed_ping_is_a_disconnect)
-    return engine
+    return raising_unavailable(engine)
 
 
 def pg_connect_args(settings: Settings, options: str) -> dict[str, object]:
@@ -82,6 +80,40 @@ def pg_connect_args(settings: Settings, options: str) -> dict[str, object]:
         "keepalives_count": _KEEPALIVES_COUNT,
         "tcp_user_timeout": settings.db_tcp_user_timeout_ms,
     }
+
+
+def raising_unavailable(engine: Engine) -> Engine:
+    """The engine's edge, where database errors become the domain's: every failure that
+    ``unavailable`` names (a lost or refused connection, a statement timeout, a read-only
+    server; and, through ``UnavailableWhenExhausted``, no pooled connection free in time)
+    is raised as ``DatabaseUnavailable``, so
+    the code above the engine never sees the driver's exceptions for them. A lost
+    connection is still invalidated by SQLAlchemy as before; the error says so in
+    ``connection_invalidated``. Other errors (a constraint, a bug) pass unchanged."""
+    event.listen(engine, "handle_error", _raise_unavailable)
+    return engine
+
+
+def _raise_unavailable(ctx: ExceptionContext) -> None:
+    if ctx.is_pre_ping:  # the pool reconnects by itself
+        return
+    error = unavailable(ctx.sqlalchemy_exception or ctx.original_exception)
+    if error is not None:
+        error.connection_invalidated = ctx.is_disconnect
+        raise error
+
+
+class UnavailableWhenExhausted(QueuePool):
+    """A queue pool whose checkout timeout (``db_pool_timeout_seconds``: every connection
+    busy) is ``DatabaseUnavailable``, like every other way the database fails to answer."""
+
+    def _do_get(self) -> ConnectionPoolEntry:
+        try:
+            return super()._do_get()
+        except sa_exc.TimeoutError as exc:
+            error = unavailable(exc)
+            assert error is not None
+            raise error from exc
 
 
 def _failed_ping_is_a_disconnect(ctx: ExceptionContext) -> None:
@@ -161,22 +193,6 @@ def unavailable(exc: BaseException) -> DatabaseUnavailable | None:
             or exc.connection_invalidated:
         return DatabaseUnavailable(f"database unavailable: {cause}")
     return None
-
-
-def wraps_db_errors(fn: Callable[P, R]) -> Callable[P, R]:
-    """Turn an unavailable database (see ``unavailable``) into DatabaseUnavailable (503)."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-        try:
-            return fn(*args, **kwargs)
-        except sa_exc.SQLAlchemyError as exc:
-            error = unavailable(exc)
-            if error is None:
-                raise
-            raise error from exc
-
-    return wrapper
 
 
 def refuses_writes(conn: Connection) -> bool:

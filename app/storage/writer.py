@@ -28,7 +28,7 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy import exc as sa_exc
 
 from app.errors import ApiError, DatabaseUnavailable
-from app.storage.db import unavailable, write_connection
+from app.storage.db import write_connection
 
 log = logging.getLogger(__name__)
 
@@ -252,12 +252,12 @@ class GroupCommitWriter(Generic[T]):
     def _flush(self, batch: list[_Pending[T] | _AsyncPending[T]], attempt: int = 0) -> None:
         try:
             outcomes = self._transact(batch)
-        except sa_exc.SQLAlchemyError as exc:
+        except (sa_exc.SQLAlchemyError, DatabaseUnavailable) as exc:
             lock_conflict = _is_lock_conflict(exc)
             if lock_conflict and attempt < 3:
                 self._flush(batch, attempt + 1)
                 return
-            error = unavailable(exc)
+            error = exc if isinstance(exc, DatabaseUnavailable) else None
             if len(batch) > 1 and (error is None or lock_conflict):
                 self.stats.fallbacks += 1
                 log.info("batch of %d failed (%s); retrying one by one", len(batch), exc)
@@ -324,10 +324,12 @@ class GroupCommitWriter(Generic[T]):
             conn, self._conn = self._conn, None
             try:
                 conn.close()
-            except sa_exc.SQLAlchemyError:
+            except (sa_exc.SQLAlchemyError, DatabaseUnavailable):
                 log.debug("closing the writer's connection failed", exc_info=True)
 
 
 def _is_lock_conflict(exc: BaseException) -> bool:
-    text = str(exc).lower()
+    """A deadlock, a serialization failure or SQLite's busy lock: the batch may run again
+    (the driver's error is the cause of the DatabaseUnavailable raised for it)."""
+    text = f"{exc} {exc.__cause__}".lower()
     return "deadlock" in text or "could not serialize" in text or "database is locked" in text

@@ -22,7 +22,6 @@ from flask import (
     url_for,
 )
 from flask_wtf.csrf import CSRFError, CSRFProtect
-from sqlalchemy.exc import SQLAlchemyError
 from werkzeug.exceptions import HTTPException
 from werkzeug.wrappers import Response as BaseResponse
 
@@ -37,7 +36,6 @@ from app.domain.names import (
     check_transaction_id,
 )
 from app.errors import ApiError, Forbidden, InvalidRequest
-from app.storage.db import unavailable
 from app.vocabulary import Op, State
 
 STATIC = Path(__file__).parent / "static"
@@ -170,14 +168,6 @@ def _api_error(exc: ApiError) -> tuple[str, int]:
 def _csrf_error(exc: CSRFError) -> tuple[str, int]:
     return _error_page(400, "The form has expired",
                        f"{exc.description} Reload the page and try again; nothing was changed.")
-
-
-@bp.errorhandler(SQLAlchemyError)
-def _database_error(exc: SQLAlchemyError) -> tuple[str, int]:
-    error = unavailable(exc)
-    if error is None:
-        raise exc
-    return _api_error(error)
 
 
 @bp.errorhandler(HTTPException)

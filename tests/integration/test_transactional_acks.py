@@ -11,11 +11,11 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from sqlalchemy import exc as sa_exc
 from sqlalchemy import select
 
 from app.domain import lifecycle as lifecycle_module
 from app.domain import subscriptions as domain
+from app.errors import DatabaseUnavailable
 from app.storage.schema import txn
 from app.vocabulary import Op
 from tests.integration.helpers import finish, register, row_counts, send
@@ -169,7 +169,7 @@ def test_a_crash_between_any_two_steps_neither_loses_nor_doubles(
     real = lifecycle_module.finishes.record_finishes
 
     def crash(*args: Any, **kwargs: Any) -> Any:
-        raise sa_exc.OperationalError("INSERT", {}, ConnectionError("server went away"))
+        raise DatabaseUnavailable("database unavailable: server went away")
 
     monkeypatch.setattr(lifecycle_module.finishes, "record_finishes", crash)
     assert finish(client, txid(3), "commit", GROUP).status_code == 503
