@@ -12,7 +12,7 @@ from enum import StrEnum
 
 from app.vocabulary import Op, State
 
-__all__ = ["Outcome", "decide", "target"]
+__all__ = ["Outcome", "decide", "offered", "target"]
 
 
 class Outcome(StrEnum):
@@ -40,8 +40,13 @@ def target(op: Op) -> State:
     return _TARGET[op]
 
 
+def offered(state: State, op: Op) -> bool:
+    """Whether ``op`` would change a transaction in ``state`` (what a page offers to do)."""
+    return state in _ALLOWED_FROM[op]
+
+
 def decide(state: State, op: Op) -> Outcome:
-    if state in _ALLOWED_FROM[op]:
+    if offered(state, op):
         return Outcome.APPLY
     if op in _REPEATABLE and state == _TARGET[op]:
         return Outcome.REPEAT

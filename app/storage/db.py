@@ -27,8 +27,10 @@ _KEEPALIVES_COUNT = 3
 _READ_ONLY_SQLSTATE = "25006"
 
 
-def make_engine(settings: Settings, *, pool: bool = True) -> Engine:
-    """Build the process's engine: SQLite in WAL mode with a busy timeout, or pooled PostgreSQL."""
+def make_engine(settings: Settings, *, pool: bool = True, domain_errors: bool = True) -> Engine:
+    """Build the process's engine: SQLite in WAL mode with a busy timeout, or pooled
+    PostgreSQL; raising the domain's errors (``raising_unavailable``) unless told not to
+    (migrations, whose failures surface as the driver's)."""
     url = make_url(settings.database_url)
     if url.get_backend_name() == "sqlite":
         database = url.database
@@ -42,7 +44,7 @@ def make_engine(settings: Settings, *, pool: bool = True) -> Engine:
                        else UnavailableWhenExhausted),
         )
         _configure_sqlite(engine, settings)
-        return raising_unavailable(engine)
+        return raising_unavailable(engine) if domain_errors else engine
     if url.get_backend_name() == "postgresql" and url.get_driver_name() in ("", "psycopg2"):
         url = url.set(drivername="postgresql+psycopg")
     # plan_cache_mode: statements prepared by psycopg are planned for their parameters each
@@ -64,7 +66,7 @@ def make_engine(settings: Settings, *, pool: bool = True) -> Engine:
         kwargs["poolclass"] = NullPool
     engine = create_engine(url, connect_args=pg_connect_args(settings, options), **kwargs)
     event.listen(engine, "handle_error", _failed_ping_is_a_disconnect)
-    return raising_unavailable(engine)
+    return raising_unavailable(engine) if domain_errors else engine
 
 
 def pg_connect_args(settings: Settings, options: str) -> dict[str, object]:

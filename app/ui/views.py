@@ -27,7 +27,7 @@ from werkzeug.wrappers import Response as BaseResponse
 
 from app.api.access import public
 from app.api.http import state
-from app.domain import dashboard, tokens
+from app.domain import dashboard, states, tokens
 from app.domain.access import ADMIN, CONSUME, PRODUCE, UNRESTRICTED, Principal, names_allowed
 from app.domain.names import (
     DISCARD_TOPIC,
@@ -41,9 +41,7 @@ from app.vocabulary import Op, State
 STATIC = Path(__file__).parent / "static"
 ADMIN_SESSION = "admin"  # the session's "who" when signed in with TXMSG_ADMIN_TOKEN
 ACTIONS = {"commit": Op.COMMIT, "rollback": Op.ROLLBACK, "resume-check": Op.RESUME}
-# what each action may follow, and says (the state machine itself decides, in the domain)
-OFFERED = {Op.COMMIT: {State.PREPARED, State.DISCARDED},
-           Op.ROLLBACK: {State.PREPARED, State.DISCARDED}, Op.RESUME: {State.DISCARDED}}
+# what each action says (which state it may follow: the state machine, app.domain.states)
 EXPLAINED = {
     Op.COMMIT: "Its messages become visible to readers, at the next offsets of their topics.",
     Op.ROLLBACK: "Its messages are dropped for good; readers never see them.",
@@ -282,7 +280,7 @@ def transaction(group: str, transaction_id: str) -> str:
     _require(PRODUCE, group)
     view = dashboard.transaction(state().engine, group, transaction_id)
     offered = [(name, op) for name, op in ACTIONS.items()
-               if State(view.transaction.state) in OFFERED[op]]
+               if states.offered(State(view.transaction.state), op)]
     return render_template("transaction.html", view=view, offered=offered)
 
 
