@@ -66,7 +66,10 @@ class DatabaseUnavailable(ApiError):
 
 def one_line(exc: BaseException) -> str:
     """An error in one short line, for logs: for a database error, the driver's first
-    line, without the SQL statement and parameters SQLAlchemy appends."""
+    line, without the SQL statement and parameters SQLAlchemy appends (for an unavailable
+    database, the driver's error it was raised for)."""
+    if isinstance(exc, DatabaseUnavailable) and exc.__cause__ is not None:
+        exc = exc.__cause__
     orig = getattr(exc, "orig", None) or exc
     lines = str(orig).strip().splitlines()
     return f"{type(orig).__name__}: {lines[0] if lines else ''}"[:200]

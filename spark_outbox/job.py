@@ -202,7 +202,7 @@ def read_watermarks(source: JdbcSource) -> tuple[dict[str, int], dict[str, int]]
     """Each topic's next offset and its first retained offset (``spark_outbox.gaps``),
     read once at the start of the run, by the driver: one query, not a Spark job."""
     try:
-        engine = make_engine(source.settings, pool=False)
+        engine = make_engine(source.settings, pool=False, domain_errors=False)
         try:
             with engine.connect() as conn:
                 rows = watermarks(conn)
