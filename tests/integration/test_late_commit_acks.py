@@ -13,6 +13,7 @@ import pytest
 from sqlalchemy import select
 
 from app.domain.lifecycle import FinishCmd, apply_finishes
+from app.errors import ApiError
 from app.storage.db import write_transaction
 from app.storage.schema import subscription_offset, txn
 from app.vocabulary import Op
@@ -21,13 +22,15 @@ from tests.integration.test_transactional_acks import (
     GROUP,
     SUB,
     Clock,
-    clock,  # noqa: F401  (a fixture)
     outputs,
     produce,
     receive,
     setup,
     state,
 )
+from tests.integration.test_transactional_acks import clock as clock_fixture
+
+clock = clock_fixture
 
 
 def discard(app: Any, txid: str) -> None:
@@ -89,6 +92,9 @@ def test_a_resumed_transaction_whose_input_was_acknowledged_since_cannot_commit(
     assert (resumed.status_code, resumed.json["state"]) == (200, "PREPARED")
     before = snapshot(app, client)
     refused(client, "T1", "ack_not_pending")
+    with pytest.raises(ApiError) as by_checker:  # the producer answered a check: COMMIT
+        app.extensions["txmsg"].lifecycle.finish(GROUP, "T1", Op.COMMIT, source="check")
+    assert by_checker.value.code == "ack_not_pending"
     assert snapshot(app, client) == before
     assert txn_state(client, "T1") == "PREPARED"
     assert outputs(client) == Counter({0: 1})
