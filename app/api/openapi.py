@@ -253,7 +253,9 @@ class _Builder:
                     "commitTransaction", "transactions",
                     "Make the messages visible (answered once durable; repeatable)",
                     {"200": self.answer(CommittedTransaction, "Committed (now or before).")},
-                    finish_errors),
+                    # a transaction whose discard released its acks takes them again
+                    {**finish_errors,
+                     "409": "invalid_state_transition, ack_not_pending, ack_conflict"}),
             },
             f"{txn}/rollback": {
                 "parameters": _parameter_refs("group", "transaction_id"),
@@ -269,7 +271,9 @@ class _Builder:
                     "resumeCheck", "transactions",
                     "Put a DISCARDED transaction back to PREPARED with its check count at 0",
                     {"200": self.answer(ResumedTransaction,
-                                        "PREPARED again; it will be checked again.")},
+                                        "PREPARED again; it will be checked again. Its acks "
+                                        "are held again if each can be; else they stay "
+                                        "free and its commit takes them or is refused.")},
                     finish_errors),
             },
             "/v1/topics": {

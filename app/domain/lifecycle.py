@@ -158,6 +158,8 @@ def apply_finishes(conn: Connection, cmds: Sequence[FinishCmd]) -> list[FinishRe
     now = utcnow()
     rows, messages = finishes.lock_txns(conn, [(c.group, c.transaction_id) for c in cmds])
     current: dict[int, State] = {r.id: State(r.state) for r in rows.values()}
+    acks = subscriptions.FinishAcks(conn)
+    refused: dict[int, ApiError] = {}  # by place in the batch: a commit whose acks are taken
     decided: list[tuple[FinishCmd, Any, Outcome | None, State | None]] = []
     for cmd in cmds:
         row = rows.get((cmd.group, cmd.transaction_id))
@@ -167,13 +169,16 @@ def apply_finishes(conn: Connection, cmds: Sequence[FinishCmd]) -> list[FinishRe
         state = current[row.id]
         verdict = states.decide(state, cmd.op)
         if verdict is Outcome.APPLY:
-            current[row.id] = states.target(cmd.op)
+            refusal = acks.apply(row, cmd.op)
+            if refusal is not None:
+                refused[len(decided)] = refusal
+                verdict = Outcome.CONFLICT
+            else:
+                current[row.id] = states.target(cmd.op)
         decided.append((cmd, row, verdict, state))
 
     applied = [(c, r) for c, r, o, _ in decided if o is Outcome.APPLY]
-    releasing = [r.id for c, r in applied if r.held_acks and c.op in (Op.ROLLBACK, Op.DISCARD)]
-    released = subscriptions.settle_acks(
-        conn, [r.id for c, r in applied if r.held_acks and c.op is Op.COMMIT], releasing)
+    released = acks.write()
     to_publish = [(c, r) for c, r in applied if c.op in (Op.COMMIT, Op.DISCARD)]
     counts, log_rows, placed = _publish(to_publish, messages, now)
     changes: dict[int, dict[str, Any]] = {}
@@ -192,10 +197,12 @@ def apply_finishes(conn: Connection, cmds: Sequence[FinishCmd]) -> list[FinishRe
         conn, [r.id for c, r, o, _ in decided if o is Outcome.REPEAT and c.op is Op.COMMIT])
 
     out: list[FinishResult | ApiError] = []
-    for cmd, row, outcome, before in decided:
+    for i, (cmd, row, outcome, before) in enumerate(decided):
         if row is None or before is None:  # both None together: no such transaction
             out.append(NotFound(f"no transaction {cmd.transaction_id!r} in producer group "
                                 f"{cmd.group!r}", code="transaction_not_found"))
+        elif i in refused:
+            out.append(refused[i])
         elif outcome is Outcome.CONFLICT:
             out.append(Conflict(
                 f"cannot {cmd.op.value.lower()} transaction {cmd.transaction_id!r}: "
@@ -210,7 +217,7 @@ def apply_finishes(conn: Connection, cmds: Sequence[FinishCmd]) -> list[FinishRe
                 body["messages"] = offsets
             result = FinishResult(body, applied=outcome is Outcome.APPLY,
                                   message_count=row.message_count, created_at=row.created_at)
-            if released and row.id in releasing:
+            if released and row.id in acks.released:
                 result.extra["released_topics"] = released  # of the whole batch: a hint
             out.append(result)
     return out

@@ -149,8 +149,9 @@ txn = Table(
     Column("lease_until", UTCDateTime, nullable=True),
     Column("created_at", UTCDateTime, nullable=False),
     Column("resolved_at", UTCDateTime, nullable=True),
-    # offsets of subscriptions this transaction holds (its acks, applied by its commit);
-    # NULL when none, so that finishing it looks for none
+    # how many subscription offsets this transaction holds now (its acks, applied by its
+    # commit): 0 when it has acks (``txn_ack``) but holds none (a discard released them);
+    # NULL when it has none, so that finishing it looks for none
     Column("held_acks", Integer, nullable=True),
     UniqueConstraint("producer_group", "transaction_id"),
     Index(
@@ -164,6 +165,16 @@ txn = Table(
     Index("ix_txn_resolved", "resolved_at", "id",
           postgresql_where=text("resolved_at IS NOT NULL"),
           sqlite_where=text("resolved_at IS NOT NULL")),
+)
+
+# the acks a send carried, kept while its transaction is unresolved (PREPARED or
+# DISCARDED): a late commit, or a resume, takes them again after a discard released them
+txn_ack = Table(
+    "txn_ack",
+    metadata,
+    Column("txn_id", BigId, primary_key=True),
+    Column("subscription_id", BigId, primary_key=True),
+    Column("queue_offset", BigInteger, primary_key=True, autoincrement=False),
 )
 
 half_message = Table(

@@ -30,6 +30,7 @@ from datetime import datetime
 from typing import Any, NamedTuple
 
 from sqlalchemy import (
+    BigInteger,
     Connection,
     Engine,
     Select,
@@ -37,6 +38,9 @@ from sqlalchemy import (
     bindparam,
     delete,
     func,
+    insert,
+    literal,
+    null,
     or_,
     select,
     text,
@@ -57,6 +61,7 @@ from app.storage.schema import (
     topic_offset,
     topic_retention,
     txn,
+    txn_ack,
 )
 
 so = subscription_offset
@@ -454,11 +459,35 @@ def advance(conn: Connection, sub_id: int, cursor: int, read: int) -> int:
     return max(new, cursor)
 
 
-def reset(conn: Connection, sub_id: int, offset: int) -> None:
-    """Every offset below ``offset`` acknowledged, every one from it on not: no rows."""
-    conn.execute(delete(so).where(so.c.subscription_id == sub_id))
+def reset(conn: Connection, sub_id: int, topic: str, offset: int, now: datetime) -> None:
+    """Every offset below ``offset`` acknowledged, every one from it on not, except the
+    offsets unresolved transactions hold: those keep their rows, on either side of
+    ``offset``. Needs the subscription row locked.
+
+    Offsets from ``offset`` up to the highest held one get rows, deliverable now (or at
+    their delivery time), and the read offset moves past it: below the read offset every
+    offset is either acknowledged or has its row, and none has a row above it. The
+    cursor stays at or below the lowest held offset."""
+    held = and_(so.c.subscription_id == sub_id, so.c.held_by.is_not(None))
+    conn.execute(delete(so).where(so.c.subscription_id == sub_id, so.c.held_by.is_(None)))
+    lowest, highest = conn.execute(select(func.min(so.c.queue_offset),
+                                          func.max(so.c.queue_offset)).where(held)).one()
+    cursor = read = offset
+    if highest is not None and highest >= offset:
+        taken = select(so.c.queue_offset).where(held, so.c.queue_offset == message_log.c.queue_offset)
+        conn.execute(insert(so).from_select(
+            ["subscription_id", "queue_offset", "deliveries", "leased_until", "next_at",
+             "held_by"],
+            select(literal(sub_id, BigInteger), message_log.c.queue_offset, literal(0),
+                   null(), func.coalesce(message_log.c.deliver_at,
+                                         literal(now, UTCDateTime())), null())
+            .where(message_log.c.topic == topic,
+                   message_log.c.queue_offset.between(offset, highest), ~taken.exists())))
+        read = int(highest) + 1
+    if lowest is not None:
+        cursor = min(cursor, int(lowest))
     conn.execute(update(subscription).where(subscription.c.id == sub_id)
-                 .values(ack_cursor=offset, read_offset=offset))
+                 .values(ack_cursor=cursor, read_offset=read))
 
 
 def drop_below(conn: Connection, sub_id: int, offset: int) -> None:
@@ -542,6 +571,35 @@ def hold(conn: Connection, sub_id: int, offsets: Sequence[int], txn_id: int) -> 
     conn.execute(update(so).where(so.c.subscription_id == sub_id,
                                  among(conn, so.c.queue_offset, offsets))
                  .values(held_by=txn_id))
+
+
+def record_acks(conn: Connection, txn_id: int, sub_id: int, offsets: Sequence[int]) -> None:
+    """Keep what a send acknowledges, for as long as its transaction is unresolved."""
+    insert_rows(conn, txn_ack, [{"txn_id": txn_id, "subscription_id": sub_id,
+                                 "queue_offset": o} for o in offsets])
+
+
+def recorded_acks(conn: Connection, txn_id: int) -> list[AnyRow]:
+    """What the transaction's send acknowledges: (subscription_id, topic, name,
+    queue_offset), by subscription and offset; subscriptions deleted since left out."""
+    return list(conn.execute(
+        select(txn_ack.c.subscription_id, subscription.c.topic, subscription.c.name,
+               txn_ack.c.queue_offset)
+        .join(subscription, subscription.c.id == txn_ack.c.subscription_id)
+        .where(txn_ack.c.txn_id == txn_id)
+        .order_by(txn_ack.c.subscription_id, txn_ack.c.queue_offset)))
+
+
+def forget_acks(conn: Connection, txn_ids: Sequence[int]) -> None:
+    """The recorded acks of resolved transactions: not needed any more."""
+    if txn_ids:
+        conn.execute(delete(txn_ack).where(among(conn, txn_ack.c.txn_id, txn_ids)))
+
+
+def drop_at(conn: Connection, sub_id: int, offsets: Sequence[int]) -> None:
+    """Acknowledge these offsets, whoever holds them (the caller checked and locked them)."""
+    conn.execute(delete(so).where(so.c.subscription_id == sub_id,
+                                  among(conn, so.c.queue_offset, offsets)))
 
 
 def holders(conn: Connection, txn_ids: Sequence[int]) -> list[str]:
