@@ -15,6 +15,8 @@ import pytest
 from app.api.access import access_of
 from app.api.asgi import Api
 from app.api.bodies import SMALL_BODY_BYTES, body_limit, send_limit
+from app.api.openapi import openapi_document
+from app.api.routes import openapi_path
 from app.config import Settings
 from app.web import create_app
 from tests.asgi_client import AsgiClient, Reply
@@ -176,3 +178,29 @@ def test_open_routes_and_the_dashboard_work_without_a_token(front: AsgiClient) -
         ("content-length", str(len(data))), ("cookie", cookie)])
     assert signed_in.status == 303, signed_in.body[:300]
     assert signed_in.pulled == len(data)
+
+
+def test_the_document_gives_every_body_route_its_413_and_a_401_before_the_body(
+        app: Any) -> None:
+    paths = openapi_document()["paths"]
+    ceiling = app.config["MAX_CONTENT_LENGTH"]
+    with_body = 0
+    for rule in app.url_map.iter_rules():
+        item = paths.get(openapi_path(rule.rule))
+        if item is None:  # the dashboard's pages
+            continue
+        view = app.view_functions[rule.endpoint]
+        for method in rule.methods - {"HEAD", "OPTIONS"}:
+            op = item[method.lower()]
+            if "401" in op["responses"]:
+                assert "before any of the request's body is read" in (
+                    op["responses"]["401"]["description"]), (method, rule)
+            if "requestBody" not in op:
+                continue
+            with_body += 1
+            too_large = op["responses"]["413"]["description"]
+            if body_limit(view, ceiling) == SMALL_BODY_BYTES:
+                assert too_large.startswith("Body over this route's limit (1 MiB)"), rule
+            else:
+                assert too_large.startswith("Body over a send's limit"), rule
+    assert with_body >= 10
