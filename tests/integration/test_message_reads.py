@@ -5,14 +5,14 @@ is, to anyone else, the same 404 as an unknown id."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
 
 from app.config import Settings
 from tests.conftest import make_settings
-from tests.integration.test_cli_transactions import discard_after_one_check
-from tests.integration.test_dashboard import sign_in
+from tests.integration.helpers import discard_after_one_check
 
 ADMIN_TOKEN = "admin-token-for-tests-0123456789"
 AS_ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
@@ -95,7 +95,12 @@ def test_a_message_by_id_is_shown_by_state_and_scope(
 @pytest.mark.parametrize("scopes", [(f"consume:{TOPIC}",), (f"produce:{GROUP}",)])
 def test_the_dashboards_message_page_shows_the_same(
         client: Any, message_ids: dict[str, str], scopes: tuple[str, ...]) -> None:
-    assert sign_in(client, token=make_token(client, *scopes)).status_code == 303
+    form = client.get("/ui/sign-in").get_data(as_text=True)
+    csrf = re.search(r'name="csrf_token" value="([^"]+)"', form)
+    assert csrf is not None
+    signed_in = client.post("/ui/sign-in", data={
+        "token": make_token(client, *scopes), "csrf_token": csrf[1], "next": "/ui/"})
+    assert signed_in.status_code == 303
     for state, message_id in message_ids.items():
         page = client.get(f"/ui/messages/{message_id}")
         if state in SEES[scopes]:

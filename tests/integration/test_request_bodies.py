@@ -18,7 +18,6 @@ from app.api.bodies import SMALL_BODY_BYTES, body_limit, send_limit
 from app.api.openapi import openapi_document
 from app.api.routes import openapi_path
 from app.config import Settings
-from app.web import create_app
 from tests.asgi_client import AsgiClient, Reply
 from tests.conftest import make_settings
 
