@@ -9,7 +9,7 @@ from flask import Flask
 from sqlalchemy import Engine
 
 from app import ui
-from app.api import access, telemetry
+from app.api import access, bodies, telemetry
 from app.api.asgi import Api
 from app.api.http import register_error_handlers
 from app.api.routes import BLUEPRINTS
@@ -56,7 +56,7 @@ def create_app(settings: Settings | None = None, *, engine: Engine | None = None
     settings = settings or Settings()
     engine = engine or make_engine(settings)
     app = Flask(__name__)
-    app.config["MAX_CONTENT_LENGTH"] = max(64 * 1024 * 1024, 2 * settings.max_body_bytes)
+    app.config["MAX_CONTENT_LENGTH"] = bodies.send_limit(settings)  # the routes': bodies.py
     guard = TokenGuard(engine, settings.admin_token)
     lifecycle = Lifecycle(engine, settings, publish=cross_process)
     listener = None
@@ -68,6 +68,7 @@ def create_app(settings: Settings | None = None, *, engine: Engine | None = None
         settings, engine, lifecycle, guard,
         Subscriptions(engine, settings.max_read_bytes, lifecycle.signal), listener)
     register_error_handlers(app)
+    bodies.install(app)
     access.install(app)
     telemetry.install(app)
     for bp in BLUEPRINTS:

@@ -18,6 +18,7 @@ class Reply(NamedTuple):
     status: int
     headers: dict[str, str]
     body: bytes
+    pulled: int  # bytes of request body the app took from receive
 
 
 class AsgiClient:
@@ -70,10 +71,14 @@ class AsgiClient:
         loop = asyncio.get_running_loop()
         gone = loop.create_future()  # the client stays until the answer is whole
 
+        pulled = 0
+
         def receive() -> asyncio.Future[dict[str, Any]]:
+            nonlocal pulled
             if messages:
                 future = loop.create_future()
                 future.set_result(messages.pop(0))
+                pulled += len(future.result().get("body", b""))
                 return future
             return gone
 
@@ -91,10 +96,10 @@ class AsgiClient:
         await self.app(scope, receive, send)
         gone.cancel()
         if not started:
-            return Reply(0, {}, b"")
+            return Reply(0, {}, b"", pulled)
         return Reply(started["status"],
                      {k.decode("latin1"): v.decode("latin1") for k, v in started["headers"]},
-                     b"".join(body))
+                     b"".join(body), pulled)
 
     async def _lifespan(self, events: Sequence[str]) -> list[str]:
         inbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()

@@ -8,8 +8,9 @@
 what they answer by its scopes (``current_principal()``). While access control is off
 (no ``TXMSG_ADMIN_TOKEN``) every route is open. A route that declares nothing is admin
 only, so a forgotten declaration fails closed. The Flask routes are checked before their
-view runs (``install``); the ASGI front checks its hot routes with the same declarations
-and ``authorize``. The OpenAPI document lists each route's declaration.
+view runs (``install``); the ASGI front authenticates every request to a route that is not
+open before it reads the request's body, and checks its hot routes with the same
+declarations and ``authorize``. The OpenAPI document lists each route's declaration.
 """
 
 from __future__ import annotations
@@ -78,6 +79,11 @@ def access_of(view: Callable[..., Any]) -> Access | None:
     return getattr(view, "access", None)
 
 
+def route_access(view: Callable[..., Any]) -> Access:
+    """What a view's route needs: its declaration, else admin only."""
+    return access_of(view) or ADMIN_ONLY
+
+
 def bearer_token(authorization: str | None) -> str | None:
     """The token of an ``Authorization: Bearer <token>`` header (RFC 6750), if any."""
     if not authorization:
@@ -121,7 +127,7 @@ def install(app: Flask) -> None:
         rule = request.url_rule
         if not guard.enabled or rule is None:  # no route: Flask answers 404 or 405
             return
-        access = access_of(current_app.view_functions[rule.endpoint]) or ADMIN_ONLY
+        access = route_access(current_app.view_functions[rule.endpoint])
         if access.open:
             return
         token = bearer_token(request.headers.get("Authorization"))

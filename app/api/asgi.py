@@ -25,10 +25,16 @@ unchanged, behind a2wsgi's WSGI-to-ASGI bridge with a pool of ``web_threads`` th
 answer for answer.
 
 Every request body is read here, on the event loop, before a thread is taken: whole
-within ``request_body_timeout_seconds`` (else 408) and at most ``MAX_CONTENT_LENGTH``
-bytes, chunked or not (else 413). A thread that waited on a slow client's body held one
+within ``request_body_timeout_seconds`` (else 408) and at most its route's limit
+(``app.api.bodies``), chunked or not (else 413; a declared Content-Length over it is
+refused before anything is read). A thread that waited on a slow client's body held one
 of the pool's threads the whole time; 70 clients sending a byte every 2 s stalled every
-Flask route. ``/healthz`` is answered here and ``/readyz`` has threads of its own, so
+Flask route. With access control on, a request to a route that is not open is
+authenticated first: without a valid token it is answered 401 and its body is never
+read, so no client without a token can make this process hold a body. Each route's
+limit and access come from the Flask URL map and the views' declarations, read once at
+start-up (``_FlaskRoutes``); a request no route matches is handed to Flask (404, 405 or a
+redirect) without its body being read. ``/healthz`` is answered here and ``/readyz`` has threads of its own, so
 neither waits behind a busy pool. Request targets and heads over this front's limits,
 which are below the server's, are refused here as problem+json (Granian's own refusals
 carry no body).
@@ -59,7 +65,15 @@ from werkzeug.exceptions import (
 )
 
 from app.api import subscriptions, telemetry, transactions
-from app.api.access import Access, access_of, authorize, bearer_token, unauthenticated
+from app.api.access import (
+    Access,
+    access_of,
+    authorize,
+    bearer_token,
+    route_access,
+    unauthenticated,
+)
+from app.api.bodies import body_limit
 from app.api.http import PROBLEM_MEDIA_TYPE, api_problem, dump_json, http_problem
 from app.api.longpoll import Waits
 from app.api.subscriptions import ack_once, check_names, parse_ack, parse_receive, receive_once
@@ -113,6 +127,7 @@ class Api:
         self._flask = WSGIMiddleware(wsgi, workers=settings.web_threads)
         self._probes = WSGIMiddleware(wsgi, workers=_PROBE_THREADS)
         self._guard = self._state.guard
+        self._routes = _FlaskRoutes(app)
         # the looks of long-polling receives at the database (not their waits)
         self._receivers = ThreadPoolExecutor(max_workers=settings.web_threads,
                                              thread_name_prefix="txmsg-receive")
@@ -143,20 +158,34 @@ class Api:
                 f"the request's path and query exceed {MAX_TARGET_BYTES} bytes"))
             return
         match = self._match(scope, _ROUTE) if self._hot else None
-        if match is not None and match.group(3) is not None:  # commit, rollback: no body
-            await self._serve(scope, match, b"", send)
-            return
         consuming = self._match(scope, _CONSUME) if self._hot and match is None else None
-        route = (_RULES[match.group(3)] if match is not None
-                 else _CONSUME_RULES[consuming.group(3)] if consuming is not None
-                 else telemetry.UNMATCHED)
-        raw = await self._read_body(scope, receive, send, head, route)
+        view: Callable[..., Any] | None
+        if match is not None:
+            view, route = HOT_ROUTES[match.group(3)], _RULES[match.group(3)]
+        elif consuming is not None:
+            view, route = CONSUME_ROUTES[consuming.group(3)], _CONSUME_RULES[consuming.group(3)]
+        else:
+            view, route = self._routes.match(scope)
+        principal = UNRESTRICTED
+        if view is not None and self._guard.enabled and not route_access(view).open:
+            try:
+                principal = await self._authenticate(scope)
+            except ApiError as exc:  # before the body is read: none of it is held
+                await self._refuse(send, scope, exc, route)
+                return
+        if match is not None and match.group(3) is not None:  # commit, rollback: no body
+            await self._serve(scope, match, b"", send, principal)
+            return
+        raw: bytes | None = b""  # no route: Flask answers without reading the body
+        if view is not None:
+            raw = await self._read_body(scope, receive, send, head, route,
+                                        body_limit(view, self._app.config["MAX_CONTENT_LENGTH"]))
         if raw is None:
             return
         if match is not None:
-            await self._serve(scope, match, raw, send)
+            await self._serve(scope, match, raw, send, principal)
         elif consuming is not None:
-            await self._serve_consume(scope, consuming, raw, send)
+            await self._serve_consume(scope, consuming, raw, send, principal)
         else:
             pool = self._probes if path == "/readyz" else self._flask
             await pool(scope, _replay(raw), send)
@@ -173,13 +202,13 @@ class Api:
         return match
 
     async def _read_body(self, scope: HTTPScope, receive: Receive, send: Send, head: _Head,
-                         route: str) -> bytes | None:
-        """The whole body, or None once refused (408, 413, or 400 for a body cut short:
-        a client gone, or chunked framing the server could not decode)."""
+                         route: str, limit: int | None) -> bytes | None:
+        """The whole body, at most ``limit`` bytes; or None once refused (408, 413, or
+        400 for a body cut short: a client gone, or chunked framing the server could not
+        decode)."""
         if not head.streamed and (head.length == 0 or (
                 head.length is None and scope["http_version"] in ("1.1", "1.0"))):
             return b""  # HTTP/1 framing: no body
-        limit = self._app.config["MAX_CONTENT_LENGTH"]
         refusal: HTTPException | ApiError
         if limit is not None and not head.streamed and (head.length or 0) > limit:
             refusal = RequestEntityTooLarge()
@@ -207,14 +236,13 @@ class Api:
             await _answer(send, scope, *http_problem(exc, path), _PROBLEM, route)
 
     async def _serve(self, scope: HTTPScope, match: re.Match[str], raw: bytes,
-                     send: Send) -> None:
+                     send: Send, principal: Principal) -> None:
         group, transaction_id, op = match.groups()
         content_type = _JSON
         headers: tuple[tuple[str, str], ...] = ()
         try:
-            principal = UNRESTRICTED
             if self._guard.enabled:
-                principal = await self._authorize(scope, _ACCESS[op], group)
+                authorize(_ACCESS[op], principal, {"group": group})
             lifecycle = self._state.lifecycle
             if op is None:
                 txn = parse_send(lifecycle, group, raw)
@@ -252,14 +280,14 @@ class Api:
         return status, data, _PROBLEM, ()
 
     async def _serve_consume(self, scope: HTTPScope, match: re.Match[str], raw: bytes,
-                             send: Send) -> None:
+                             send: Send, principal: Principal) -> None:
         """A receive (waiting on the event loop between its looks) or an ack."""
         topic, name, action = match.groups()
         content_type = _JSON
         headers: tuple[tuple[str, str], ...] = ()
         try:
             if self._guard.enabled:
-                await self._authorize(scope, _CONSUME_ACCESS[action], {"topic": topic})
+                authorize(_CONSUME_ACCESS[action], principal, {"topic": topic})
             check_names(topic, name)
             if action == "receive":
                 body = await self._long_poll(topic, name, parse_receive(raw))
@@ -293,10 +321,11 @@ class Api:
                 return {"messages": received.messages}
             await self.waits.wait(topic, name, seen, left)
 
-    async def _authorize(self, scope: HTTPScope, access: Access, group: str | dict[str, str]
-                         ) -> Principal:
-        """As ``app.api.access.install`` checks a Flask route; the database is read (off the
-        event loop) only for a token not verified in the last few seconds."""
+    async def _authenticate(self, scope: HTTPScope) -> Principal:
+        """Who the request's bearer token is, as ``app.api.access.install`` finds it for a
+        Flask route (else 401); the database is read (off the event loop) only for a token
+        not verified in the last few seconds. What it may do is checked where the route
+        is served: ``authorize`` here for the hot routes, Flask's check for the others."""
         token = bearer_token(_header(scope["headers"], b"authorization"))
         principal: Principal | None = self._guard.cached(token) if token is not None else None
         if principal is None and token is not None:
@@ -304,7 +333,6 @@ class Api:
                 None, self._guard.verify, token)
         if principal is None:
             raise unauthenticated(token)
-        authorize(access, principal, group if isinstance(group, dict) else {"group": group})
         return principal
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
@@ -321,6 +349,28 @@ class Api:
     def _propagates(self) -> bool:
         propagate = self._app.config["PROPAGATE_EXCEPTIONS"]
         return bool(self._app.testing or self._app.debug) if propagate is None else propagate
+
+
+class _FlaskRoutes:
+    """The Flask app's URL map, matched here as Flask will match it, to know a request's
+    route (its view's access and body limit) before its body is read."""
+
+    def __init__(self, app: Flask) -> None:
+        self._adapter = app.url_map.bind("localhost")
+        self._views = {rule.endpoint: app.view_functions[rule.endpoint]
+                       for rule in app.url_map.iter_rules()}
+
+    def match(self, scope: HTTPScope) -> tuple[Callable[..., Any] | None, str]:
+        """The view and rule of the request's route; (None, UNMATCHED) for none (Flask
+        answers 404, 405 or a redirect)."""
+        path, root = scope["path"], scope.get("root_path") or ""
+        if root and path.startswith(root):  # as a2wsgi makes PATH_INFO
+            path = path[len(root):]
+        try:
+            rule, _ = self._adapter.match(path or "/", scope["method"], return_rule=True)
+        except HTTPException:  # NotFound, MethodNotAllowed, RequestRedirect
+            return None, telemetry.UNMATCHED
+        return self._views[rule.endpoint], rule.rule
 
 
 def _identity(scope: HTTPScope) -> tuple[str, float]:

@@ -26,6 +26,7 @@ from pydantic import TypeAdapter
 from pydantic.json_schema import GenerateJsonSchema, JsonSchemaMode
 
 from app.api.access import ADMIN_ONLY, BEARER
+from app.api.bodies import SMALL_BODY_BYTES
 from app.api.http import MAX_INT64, PROBLEM_MEDIA_TYPE
 from app.api.schemas import (
     Acked,
@@ -112,14 +113,19 @@ class _Components:
 _ERROR_DESCRIPTIONS = {
     "400": "Malformed or invalid request (see `code`).",
     "401": "No bearer token, or an unknown or revoked one (`unauthenticated`; with a "
-           "`WWW-Authenticate: Bearer` challenge).",
+           "`WWW-Authenticate: Bearer` challenge); answered before any of the request's "
+           "body is read.",
     "403": "The token lacks the scope (`forbidden`).",
     "404": "Unknown resource.",
     "409": "State conflict.",
-    "413": "Body too large.",
+    "413": f"Body over this route's limit ({SMALL_BODY_BYTES // 1024**2} MiB), declared "
+           "or chunked (a declared Content-Length over it is refused unread).",
     "422": "Unregistered producer group (`unregistered_producer_group`).",
     "503": "Database unavailable (`database_unavailable`).",
 }
+_SEND_TOO_LARGE = ("Body over a send's limit (the larger of 64 MiB and twice "
+                   "TXMSG_MAX_BODY_BYTES), declared or chunked; or one message's body over "
+                   "TXMSG_MAX_BODY_BYTES (`body_too_large`).")
 _GROUP_CODES = "invalid_producer_group"
 _CALLBACK_URL_CODES = "invalid_callback_url, callback_url_not_allowed"
 _TXN_PATH_CODES = "invalid_producer_group, invalid_transaction_id"
@@ -144,14 +150,17 @@ class _Builder:
                   ok: dict[str, Any], errors: dict[str, str], *,
                   parameters: tuple[str, ...] = (), body: Any = None,
                   examples: dict[str, Any] | None = None,
-                  body_required: bool = True) -> dict[str, Any]:
+                  body_required: bool = True, carries_messages: bool = False
+                  ) -> dict[str, Any]:
         """``ok`` maps a status to its answer's type (or a response object), ``errors`` a
         status to the problem codes this operation may answer with it; ``body`` is the
-        request body's type (or a schema)."""
+        request body's type (or a schema), ``carries_messages`` whether it takes a send's
+        larger limit (``app.api.bodies``)."""
         responses = {status: r if isinstance(r, dict) else self.answer(r)
                      for status, r in ok.items()}
         for status, codes in errors.items():
-            text = _ERROR_DESCRIPTIONS[status]
+            text = (_SEND_TOO_LARGE if status == "413" and carries_messages
+                    else _ERROR_DESCRIPTIONS[status])
             responses[status] = self.problem(f"{text} Codes: {codes}." if codes else text)
         op: dict[str, Any] = {"operationId": op_id, "tags": [tag], "summary": summary,
                               "responses": responses}
@@ -225,6 +234,7 @@ class _Builder:
                      "422": "unregistered_producer_group", **_DB},
                     body={"oneOf": [self.components.request(TransactionIn),
                                     self.components.request(SingleMessageTransactionIn)]},
+                    carries_messages=True,
                     examples={
                         "batch": {"transaction_id": "order-2001", "messages": [
                             {"topic": "orders", "body": "{\"order\": 2001}", "keys": ["2001"],
@@ -547,7 +557,7 @@ class _Builder:
                         "headers": {"Allow": {"schema": {"type": "string"},
                                               "description": "The methods this path serves."}},
                     },
-                    "PayloadTooLarge": self.problem("Request body over the server's limit "
+                    "PayloadTooLarge": self.problem("Request body over its route's limit "
                                                     "(`payload_too_large`)."),
                 },
             },
@@ -580,9 +590,12 @@ it).
 Every error is RFC 9457 problem details (`{PROBLEM_MEDIA_TYPE}`) with a stable
 snake_case `code`. Besides the responses listed per operation, any unknown route answers
 404 (`route_not_found`) and any method a path does not serve answers 405
-(`method_not_allowed`, with an `Allow` header); any request body larger than the
-server's limit answers 413 (`payload_too_large`), chunked or not; a body not received
-within TXMSG_REQUEST_BODY_TIMEOUT_SECONDS answers 408 (`request_timeout`), one cut short
+(`method_not_allowed`, with an `Allow` header); any request body larger than its
+route's limit (a send's: the larger of 64 MiB and twice TXMSG_MAX_BODY_BYTES; every
+other route's: {SMALL_BODY_BYTES // 1024**2} MiB) answers 413 (`payload_too_large`),
+chunked or not; with access control on, a request without a valid token answers 401
+before any of its body is read; a body not received within
+TXMSG_REQUEST_BODY_TIMEOUT_SECONDS answers 408 (`request_timeout`), one cut short
 or with malformed chunked framing 400 (`incomplete_body`); a path and query over 8 KiB
 answer 414 (`uri_too_long`) and header fields over 32 KiB 431
 (`request_header_fields_too_large`).

@@ -7,6 +7,7 @@ from typing import Any
 from flask import Blueprint, Response, request
 
 from app.api.access import current_principal, requires
+from app.api.bodies import carries_messages
 from app.api.http import int_arg, json_response, limit_arg, parse_json, request_body, state
 from app.domain import reads
 from app.domain.access import CONSUME, PRODUCE, Principal
@@ -51,6 +52,7 @@ def check_finish(group: str, transaction_id: str) -> None:
 
 @bp.post("")
 @requires(PRODUCE, "group")
+@carries_messages
 def send(group: str) -> Response:
     """Store half messages (with acks: each acked topic needs consume:<topic> too)."""
     lifecycle = state().lifecycle

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import base64
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
 import orjson
 from sqlalchemy import Engine
 
-from app.errors import InvalidRequest, NotFound
+from app.domain.access import CONSUME, PRODUCE, UNRESTRICTED, Principal
+from app.errors import Forbidden, InvalidRequest, NotFound
 from app.storage import checks, reads, retention, topics
 from app.storage.schema import AnyRow
 from app.vocabulary import State
@@ -112,17 +113,39 @@ def list_topics(engine: Engine, after: str, limit: int,
             "next_after": rows[-1].topic if len(rows) == limit else None}
 
 
-def get_message(engine: Engine, message_id: str) -> dict[str, Any]:
+def message_not_found(message_id: str) -> NotFound:
+    return NotFound(f"no message {message_id!r}", code="message_not_found")
+
+
+def check_may_read(principal: Principal, message: Mapping[str, Any], message_id: str) -> None:
+    """Refuse a message read by id that ``principal`` may not see: its group's producers
+    see it in every state, its topic's consumers only once it is committed. To anyone
+    but its producers an unresolved, rolled-back or discarded message is not there (404,
+    the same as an unknown ``message_id``: its existence does not leak); a committed one
+    the principal may not read is 403."""
+    if principal.may(PRODUCE, message["producer_group"]):
+        return
+    if message["state"] != State.COMMITTED:
+        raise message_not_found(message_id)
+    if not principal.may(CONSUME, message["topic"]):
+        raise Forbidden(f"this token has neither consume:{message['topic']} nor "
+                        f"produce:{message['producer_group']}")
+
+
+def get_message(engine: Engine, message_id: str,
+                principal: Principal = UNRESTRICTED) -> dict[str, Any]:
+    """One message as ``principal`` may see it (``check_may_read``)."""
     with engine.connect() as conn:
         row = topics.get_message(conn, message_id)
     if row is None:
-        raise NotFound(f"no message {message_id!r}", code="message_not_found")
+        raise message_not_found(message_id)
     out: dict[str, Any] = {
         "message_id": row.message_id, "transaction_id": row.transaction_id,
         "producer_group": row.producer_group, "state": row.state, "topic": row.topic,
         **message_meta(row), **body_fields(row.body, row.body_is_text),
         "created_at": row.created_at,
     }
+    check_may_read(principal, out, message_id)
     if row.queue_offset is not None:
         out["offset"] = row.queue_offset
         out["committed_at"] = row.committed_at

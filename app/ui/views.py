@@ -27,7 +27,7 @@ from werkzeug.wrappers import Response as BaseResponse
 
 from app.api.access import public
 from app.api.http import state
-from app.domain import dashboard, states, tokens
+from app.domain import dashboard, reads, states, tokens
 from app.domain.access import ADMIN, CONSUME, PRODUCE, UNRESTRICTED, Principal, names_allowed
 from app.domain.names import (
     DISCARD_TOPIC,
@@ -344,10 +344,8 @@ def message(message_id: str) -> str:
         raise InvalidRequest(f"{message_id[:64]!r} is not a message id",
                              code="invalid_message_id")
     shown = dashboard.message(state().engine, message_id)
-    if not (viewer().may(CONSUME, shown["topic"])
-            or viewer().may(PRODUCE, shown["producer_group"])
-            or any(viewer().may(CONSUME, e["topic"]) for e in shown["discarded_to"])):
-        raise _refuse(f"{CONSUME}:{shown['topic']}")
+    if not any(viewer().may(CONSUME, e["topic"]) for e in shown["discarded_to"]):
+        reads.check_may_read(viewer(), shown, message_id)
     return render_template("message.html", m=shown)
 
 

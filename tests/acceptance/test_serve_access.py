@@ -3,6 +3,8 @@ accident, and tokens working through the real server (Granian, the ASGI front)."
 
 from __future__ import annotations
 
+import re
+import socket
 from pathlib import Path
 
 import pytest
@@ -88,3 +90,47 @@ def test_tokens_through_the_served_api(serve_factory) -> None:  # type: ignore[n
     log = served.log.read_text()
     for secret in (ADMIN_TOKEN, producer["token"], consumer["token"]):
         assert secret not in log
+
+
+def _raw(port: int, head: str, body: bytes = b"") -> tuple[int, bytes]:
+    """One request on a socket; the status and body of its answer, read as soon as it
+    comes (the request's own body may never be finished)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=60) as sock:
+        sock.sendall(head.encode() + b"\r\n" + body)
+        answer = b""
+        while b"\r\n\r\n" not in answer:
+            chunk = sock.recv(65536)
+            assert chunk, answer
+            answer += chunk
+        top, _, rest = answer.partition(b"\r\n\r\n")
+        length = int(re.search(rb"(?i)content-length: *(\d+)", top)[1])  # type: ignore[index]
+        while len(rest) < length:
+            rest += sock.recv(65536)
+        return int(top.split()[1]), rest
+
+
+def test_served_a_request_without_a_token_is_refused_before_its_body(serve_factory) -> None:  # type: ignore[no-untyped-def]
+    """Through Granian: a body never sent in full (declared 10 GB, or chunked and never
+    ended) is answered 401 at once, where reading it would have waited for the rest;
+    with a token, an ack over 1 MiB is a 413 and a 3 MiB send is stored."""
+    served = serve_factory({"TXMSG_ADMIN_TOKEN": ADMIN_TOKEN}, "--no-checker")
+    ack = "/v1/topics/orders/subscriptions/s/ack"
+    for path in (ack, "/v1/producer-groups/shop", "/v1/producer-groups/shop/transactions"):
+        method = "PUT" if path.endswith("shop") else "POST"
+        status, body = _raw(served.port, f"{method} {path} HTTP/1.1\r\nHost: x\r\n"
+                            "Content-Length: 10737418240\r\n", b"{" * 65536)
+        assert status == 401 and b'"unauthenticated"' in body, (path, body)
+        status, body = _raw(served.port, f"{method} {path} HTTP/1.1\r\nHost: x\r\n"
+                            "Transfer-Encoding: chunked\r\n", b"10000\r\n" + b" " * 65536)
+        assert status == 401 and b'"unauthenticated"' in body, (path, body)
+    s = requests.Session()
+    s.headers.update(AS_ADMIN)
+    assert s.put(f"{served.url}/v1/topics/orders/subscriptions/s", json={}).status_code == 201
+    chunks = (b" " * 65536 for _ in range(24))  # 1.5 MiB, chunked
+    r = s.post(f"{served.url}{ack}", data=chunks)
+    assert r.status_code == 413 and r.json()["code"] == "payload_too_large"
+    assert s.put(f"{served.url}/v1/producer-groups/shop",
+                 json={"check_urls": ["http://127.0.0.1:9/c"]}).status_code == 200
+    sent = s.post(f"{served.url}/v1/producer-groups/shop/transactions",
+                  json={"topic": "orders", "body": "x" * (3 * 1024 * 1024)})
+    assert sent.status_code == 201, sent.text

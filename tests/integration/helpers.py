@@ -5,12 +5,16 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Engine, func, select
 
+from app.storage import checks, reads
+from app.storage.db import write_transaction
 from app.storage.schema import metadata
+from app.vocabulary import Op
 
 
 def register(client: Any, group: str = "orders-svc",
@@ -68,3 +72,18 @@ class Txmsg:
                               env={**env, "TXMSG_DATABASE_URL": self.database_url}, check=False)
         assert done.returncode == code, (done.stdout, done.stderr)
         return done
+
+
+def discard_after_one_check(app: Any, txid: str, group: str = "orders-svc") -> None:
+    """What the checker does to a transaction nobody answers for: one check recorded,
+    then the discard, through the same storage and lifecycle calls."""
+    engine, lifecycle = app.extensions["txmsg"].engine, app.extensions["txmsg"].lifecycle
+    now = datetime.now(UTC)
+    with write_transaction(engine) as conn:
+        row = reads.get_txn(conn, group, txid)
+        assert row is not None
+        checks.take_leases(conn, "test-checker", {row.id: now + timedelta(seconds=60)})
+        assert checks.record_check(conn, txn_id=row.id, owner="test-checker", check_times=1,
+                                   result="TIMEOUT", url="http://127.0.0.1:9/check",
+                                   detail="timed out", now=now, next_check_at=None)
+    assert lifecycle.finish(group, txid, Op.DISCARD, source="check", check_times=1).applied

@@ -7,20 +7,17 @@ import json
 import shlex
 import socket
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 from sqlalchemy import select
 
-from app.storage import checks, reads
-from app.storage.db import write_transaction
+from app.storage import reads
 from app.storage.schema import op_log
-from app.vocabulary import Op
 from app.web import create_app
 from tests.conftest import make_settings
-from tests.integration.helpers import Txmsg, finish, register, send
+from tests.integration.helpers import Txmsg, discard_after_one_check, finish, register, send
 
 GROUP = "orders-svc"
 LIST_KEYS = {"transaction_id", "producer_group", "state", "check_times", "created_at",
@@ -40,21 +37,6 @@ def api(database_url: str) -> Iterator[Any]:
 @pytest.fixture
 def txmsg(database_url: str) -> Txmsg:
     return Txmsg(database_url)
-
-
-def discard_after_one_check(app: Any, txid: str, group: str = GROUP) -> None:
-    """What the checker does to a transaction nobody answers for: one check recorded,
-    then the discard, through the same storage and lifecycle calls."""
-    engine, lifecycle = app.extensions["txmsg"].engine, app.extensions["txmsg"].lifecycle
-    now = datetime.now(UTC)
-    with write_transaction(engine) as conn:
-        row = reads.get_txn(conn, group, txid)
-        assert row is not None
-        checks.take_leases(conn, "test-checker", {row.id: now + timedelta(seconds=60)})
-        assert checks.record_check(conn, txn_id=row.id, owner="test-checker", check_times=1,
-                                   result="TIMEOUT", url="http://127.0.0.1:9/check",
-                                   detail="timed out", now=now, next_check_at=None)
-    assert lifecycle.finish(group, txid, Op.DISCARD, source="check", check_times=1).applied
 
 
 def sources(app: Any, txid: str) -> list[tuple[str, str]]:

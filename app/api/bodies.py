@@ -1,0 +1,58 @@
+"""How large a request body each route takes, declared next to the route:
+
+    @bp.post("")
+    @requires(PRODUCE, "group")
+    @carries_messages                # as large as the app's MAX_CONTENT_LENGTH
+    def send(group): ...
+
+A route whose body carries messages (a send) takes up to ``MAX_CONTENT_LENGTH``
+(``send_limit``); every other route at most ``SMALL_BODY_BYTES``, so that no route that
+only takes a few offsets or settings can be made to hold a send's worth of memory. Over
+the limit → 413 (``payload_too_large``), declared or chunked. The ASGI front reads each
+body itself with its route's limit (``app.api.asgi``); ``install`` gives Flask the same
+limit for the routes it reads itself (under a WSGI server, or in tests).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from flask import Flask, current_app, request
+
+from app.config import Settings
+
+F = TypeVar("F", bound=Callable[..., Any])
+SMALL_BODY_BYTES = 1024 * 1024
+_SEND_FLOOR_BYTES = 64 * 1024 * 1024
+
+
+def carries_messages(view: F) -> F:
+    view.carries_messages = True  # type: ignore[attr-defined]
+    return view
+
+
+def send_limit(settings: Settings) -> int:
+    """The largest send body: its messages' bodies as JSON text or base64 (up to twice
+    TXMSG_MAX_BODY_BYTES for one body), and at least 64 MiB for a send of many."""
+    return max(_SEND_FLOOR_BYTES, 2 * settings.max_body_bytes)
+
+
+def body_limit(view: Callable[..., Any], ceiling: int | None) -> int | None:
+    """The most bytes of body ``view``'s route takes, given the app's
+    ``MAX_CONTENT_LENGTH`` (``ceiling``; None: no limit)."""
+    if getattr(view, "carries_messages", False):
+        return ceiling
+    return SMALL_BODY_BYTES if ceiling is None else min(SMALL_BODY_BYTES, ceiling)
+
+
+def install(app: Flask) -> None:
+    """Each Flask route reads its body with its own limit (werkzeug answers 413 over it)."""
+
+    @app.before_request
+    def _limit_body() -> None:
+        rule = request.url_rule
+        if rule is not None:
+            request.max_content_length = body_limit(
+                current_app.view_functions[rule.endpoint],
+                current_app.config["MAX_CONTENT_LENGTH"])
