@@ -69,7 +69,7 @@ def create_app(settings: Settings | None = None, *, engine: Engine | None = None
         Subscriptions(engine, settings.max_read_bytes, lifecycle.signal), listener)
     register_error_handlers(app)
     access.install(app)
-    telemetry.install(app)
+    telemetry.install(app, settings.trusted_proxies)
     for bp in BLUEPRINTS:
         app.register_blueprint(bp)
     ui.install(app, settings)

@@ -22,9 +22,9 @@ from app.web import create_app
 from tests.callbacks import answer, wait_until
 from tests.conftest import make_settings
 from tests.integration.checker_harness import Harness, harness_factory  # noqa: F401
+from tests.integration.dashboard_helpers import ADMIN_TOKEN, csrf_of
 from tests.integration.helpers import row_counts
 
-ADMIN_TOKEN = "admin-token-for-tests-0123456789"
 AS_ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
 GROUP, OTHER, TOPIC = "orders-svc", "billing-svc", "orders"
 PAGES = ["/ui/", "/ui/transactions", "/ui/discarded", "/ui/topics", f"/ui/topics/{TOPIC}",
@@ -35,12 +35,6 @@ PAGES = ["/ui/", "/ui/transactions", "/ui/discarded", "/ui/topics", f"/ui/topics
 @pytest.fixture
 def settings(database_url: str) -> Settings:
     return make_settings(database_url, admin_token=ADMIN_TOKEN)
-
-
-def csrf_of(page: Any) -> str:
-    found = re.search(r'name="csrf_token" value="([^"]+)"', page.get_data(as_text=True))
-    assert found, page.get_data(as_text=True)
-    return found[1]
 
 
 def sign_in(client: Any, token: str = ADMIN_TOKEN, next_: str = "/ui/") -> Any:
