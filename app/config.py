@@ -54,6 +54,9 @@ class Settings(BaseSettings):
     callback_denied_networks: Networks = Field(default_factory=lambda: [
         ipaddress.ip_network(n) for n in _networks(DEFAULT_CALLBACK_DENIED_NETWORKS)])
     callback_allowed_networks: Networks = Field(default_factory=list)
+    # reverse proxies whose X-Forwarded-For / X-Forwarded-Proto are believed (when the
+    # direct peer is in one of these networks; from any other peer they are ignored)
+    trusted_proxies: Networks = Field(default_factory=list)
 
     # database connection pool (PostgreSQL); SQLite uses one pooled connection per thread
     db_pool_size: int = Field(10, ge=1)
@@ -142,7 +145,8 @@ class Settings(BaseSettings):
     def access_control(self) -> bool:
         return self.admin_token is not None
 
-    @field_validator("callback_denied_networks", "callback_allowed_networks", mode="before")
+    @field_validator("callback_denied_networks", "callback_allowed_networks",
+                     "trusted_proxies", mode="before")
     @classmethod
     def _split_networks(cls, value: object) -> object:
         return _networks(value) if isinstance(value, str) else value

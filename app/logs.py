@@ -11,6 +11,12 @@ tokens, txmsg tokens and signing secrets, passwords in URLs, secret-looking quer
 key=value parameters, and the literal values of the secret settings (the admin token, the
 database password) are replaced. A test plants each kind and greps the output.
 
+Text lines are escaped (``TextFormatter``): a control character (a newline, a NUL, an
+ANSI escape, a Unicode line separator) from whatever reached the message (a request's
+path, a header, a name) is written as ``\\n``, ``\\x00``, ``\\u2028``, so one record is one
+line and no request can forge another; a traceback's lines are indented under it. JSON
+encodes them anyway.
+
 ``txmsg`` configures the main process with ``configure``, and hands ``dict_config`` to
 Granian, which applies it in each web worker, so that Granian's own lines are in the same
 format.
@@ -131,6 +137,42 @@ class RequestContext(logging.Filter):
         return True
 
 
+# C0 and C1 controls, DEL, and the Unicode line and paragraph separators
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+_ESCAPES = {**{c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7f, 0xa0))},
+            0x2028: "\\u2028", 0x2029: "\\u2029",
+            ord("\n"): "\\n", ord("\r"): "\\r", ord("\t"): "\\t"}
+
+_JSON_UNESCAPED = re.compile(r"[\x7f-\x9f\u2028\u2029]")
+_JSON_ESCAPES = {c: f"\\u{c:04x}" for c in (*range(0x7f, 0xa0), 0x2028, 0x2029)}
+
+
+def escaped(text: str) -> str:
+    """``text`` with every control character written as its escape (one line)."""
+    return text.translate(_ESCAPES) if _CONTROL.search(text) else text
+
+
+class TextFormatter(logging.Formatter):
+    """``TEXT_FORMAT``, one line per record: the line escaped, and a traceback or stack
+    (escaped but for its newlines) indented under it, so only a record's first line
+    starts at the margin."""
+
+    def __init__(self) -> None:
+        super().__init__(TEXT_FORMAT)
+
+    def format(self, record: logging.LogRecord) -> str:
+        record.message = record.getMessage()
+        record.asctime = self.formatTime(record, self.datefmt)
+        line = escaped(self.formatMessage(record))
+        if record.exc_info and not record.exc_text:
+            record.exc_text = self.formatException(record.exc_info)
+        for block in (record.exc_text,
+                      record.stack_info and self.formatStack(record.stack_info)):
+            if block:
+                line += "".join(f"\n    {escaped(part)}" for part in block.splitlines())
+        return line
+
+
 class JsonFormatter(OrjsonFormatter):
     """One JSON object per line: time (RFC 3339, UTC), level, logger, message, extras."""
 
@@ -140,14 +182,17 @@ class JsonFormatter(OrjsonFormatter):
                                         "exc_info": "exception"})
 
     def jsonify_log_record(self, log_data: dict[str, Any]) -> str:
-        return super().jsonify_log_record({"time": log_data.pop("time"), **log_data})
+        line = super().jsonify_log_record({"time": log_data.pop("time"), **log_data})
+        # JSON escapes the C0 controls only; these three end a line for many readers
+        # (Python's splitlines too), and may only occur inside a string here
+        return line.translate(_JSON_ESCAPES) if _JSON_UNESCAPED.search(line) else line
 
 
 def dict_config(settings: Settings, level: str | int = "INFO") -> dict[str, Any]:
     """The ``logging.config.dictConfig`` of a txmsg process (and of Granian's logger)."""
     formatter: dict[str, Any] = (
         {"()": f"{__name__}.JsonFormatter"} if settings.log_format == "json"
-        else {"format": TEXT_FORMAT})
+        else {"()": f"{__name__}.TextFormatter"})
     handler = {"class": "logging.StreamHandler", "stream": "ext://sys.stderr",
                "formatter": "txmsg", "filters": ["request", "redact"]}
     quiet = {"level": "WARNING"}

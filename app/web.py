@@ -70,7 +70,7 @@ def create_app(settings: Settings | None = None, *, engine: Engine | None = None
     register_error_handlers(app)
     bodies.install(app)
     access.install(app)
-    telemetry.install(app)
+    telemetry.install(app, settings.trusted_proxies)
     for bp in BLUEPRINTS:
         app.register_blueprint(bp)
     ui.install(app, settings)

@@ -11,6 +11,13 @@ ASGI scope (a2wsgi passes the scope on as ``environ["asgi.scope"]``); Flask itse
 it runs alone. The requests the front answers itself (send, commit, rollback, /healthz,
 its refusals) are recorded by the front, all others by Flask, each exactly once.
 
+Behind a reverse proxy (``TXMSG_TRUSTED_PROXIES``), a request whose direct peer is in
+those networks has its ``X-Forwarded-For`` and ``X-Forwarded-Proto`` honoured (werkzeug's
+``ProxyFix``, one hop): its client address is the proxy's client, its scheme the one the
+proxy was reached by (so the dashboard's cookie is ``Secure`` behind TLS). From any other
+peer they are ignored, as everywhere when the setting is empty. The access line of a
+Flask request names its client.
+
 Metric labels are the route pattern (``/v1/topics/<topic>/messages``), never the raw
 path, and a method outside the known ones is ``OTHER``: the series stay bounded whatever
 clients send.
@@ -18,14 +25,16 @@ clients send.
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import re
 import secrets
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from flask import Flask, Response, request
+from werkzeug.middleware.proxy_fix import ProxyFix
 
 from app.logs import REQUEST_ID
 from app.metrics import HTTP_DURATION
@@ -39,6 +48,7 @@ PROBES = frozenset({"/healthz", "/readyz", "/metrics"})
 _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"})
 _SANE = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 _MAX_LOGGED_PATH = 512
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 access_log = logging.getLogger("txmsg.access")
 # (route, method, status) -> its histogram; bounded as the labels are
@@ -53,7 +63,7 @@ def request_id(incoming: str | None) -> str:
 
 
 def record(request_id: str, method: str, route: str, path: str, status: int,
-           started: float, *, hot: bool = False) -> None:
+           started: float, *, hot: bool = False, client: str | None = None) -> None:
     """Observe the request's duration under its route, and log its access line: WARNING
     for a 5xx, DEBUG for probes and for the successes of the ``hot`` routes (send,
     commit, rollback on the ASGI front: an INFO line each would cost more CPU than the
@@ -74,15 +84,50 @@ def record(request_id: str, method: str, route: str, path: str, status: int,
     if access_log.isEnabledFor(level):
         ms = round(seconds * 1000, 3)
         path = path[:_MAX_LOGGED_PATH]
-        access_log.log(level, "%s %s %d %.1f ms", method, path, status, ms,
-                       extra={"request_id": request_id, "method": method, "route": route,
-                              "path": path, "status": status, "duration_ms": ms})
+        extra = {"request_id": request_id, "method": method, "route": route, "path": path,
+                 "status": status, "duration_ms": ms}
+        if client is None:
+            access_log.log(level, "%s %s %d %.1f ms", method, path, status, ms, extra=extra)
+        else:
+            access_log.log(level, "%s %s %d %.1f ms from %s", method, path, status, ms,
+                           client, extra={**extra, "client": client})
 
 
-def install(app: Flask) -> None:
-    """Give the Flask app's requests their id, header, metric and access line."""
-    app.wsgi_app = _Identified(app.wsgi_app)  # type: ignore[method-assign]
+def install(app: Flask, trusted_proxies: Sequence[IPNetwork] = ()) -> None:
+    """Give the Flask app's requests their id, header, metric and access line, and their
+    client and scheme from the trusted proxies' headers."""
+    wsgi_app = app.wsgi_app
+    if trusted_proxies:
+        wsgi_app = _BehindProxies(wsgi_app, trusted_proxies)
+    app.wsgi_app = _Identified(wsgi_app)  # type: ignore[method-assign]
     app.after_request(_recorded)
+
+
+class _BehindProxies:
+    """WSGI middleware: ProxyFix for a request whose direct peer is a trusted proxy."""
+
+    def __init__(self, wsgi_app: Callable[..., Iterable[bytes]],
+                 networks: Sequence[IPNetwork]) -> None:
+        self._app = wsgi_app
+        self._proxied = ProxyFix(wsgi_app, x_for=1, x_proto=1)
+        self._networks = tuple(networks)
+
+    def __call__(self, environ: dict[str, Any],
+                 start_response: Callable[..., Any]) -> Iterable[bytes]:
+        if trusted_peer(environ.get("REMOTE_ADDR"), self._networks):
+            return self._proxied(environ, start_response)
+        return self._app(environ, start_response)
+
+
+def trusted_peer(address: str | None, networks: Sequence[IPNetwork]) -> bool:
+    """Whether ``address`` (a peer's, IPv4-mapped or not) is in one of ``networks``."""
+    try:
+        ip = ipaddress.ip_address(address or "")
+    except ValueError:  # none, or a Unix socket's
+        return False
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return any(ip in net for net in networks)
 
 
 class _Identified:
@@ -112,5 +157,5 @@ def _recorded(response: Response) -> Response:
     response.headers[HEADER] = rid
     rule = request.url_rule
     record(rid, request.method, rule.rule if rule is not None else UNMATCHED, request.path,
-           response.status_code, started)
+           response.status_code, started, client=request.remote_addr)
     return response

@@ -6,9 +6,10 @@ host is judged against the denied and allowed networks (``TXMSG_CALLBACK_DENIED_
 (``callback_url_not_allowed``), and by the check service on every connection, after name
 resolution, for the address actually connected to (``checker.callback``).
 
-An address is judged as the address it reaches: an IPv4-mapped IPv6 address as its IPv4
-address, and the numeric IPv4 forms the resolver accepts (``2130706433``, ``127.1``,
-``0x7f.0.0.1``: inet_aton's) as the dotted quad they stand for.
+An address is judged as the address it reaches: an IPv6 address that embeds an IPv4
+address (``embedded_ipv4``: IPv4-mapped, IPv4-compatible, NAT64, 6to4, Teredo) as that
+IPv4 address too, and the numeric IPv4 forms the resolver accepts (``2130706433``,
+``127.1``, ``0x7f.0.0.1``: inet_aton's) as the dotted quad they stand for.
 """
 
 from __future__ import annotations
@@ -44,6 +45,8 @@ _URL_RE = re.compile(rf"""
 """, re.VERBOSE)
 # the characters of inet_aton's forms: decimal, octal (0 prefix), hex (0x prefix), 1-4 parts
 _NUMERIC_IPV4_RE = re.compile(r"[0-9a-fA-FxX.]+")
+# 64:ff9b::/96, RFC 6052's well-known NAT64 prefix, as the top 96 bits of an address
+_NAT64_PREFIX = int(ipaddress.IPv6Address("64:ff9b::")) >> 32
 
 
 class CallbackUrlError(ValueError):
@@ -73,12 +76,14 @@ class CallbackPolicy:
         return _default()
 
     def allows(self, address: IPAddress) -> bool:
-        # an IPv4-mapped address is judged as the IPv4 address it reaches, and as itself
-        # (for a network such as ::ffff:0:0/96 named in the settings)
-        forms = {address, reached(address)}
-        if any(a in net for a in forms for net in self.denied):
+        """Refused when the address or the IPv4 address it embeds is denied; with an
+        allow-list, allowed only when the embedded IPv4 address (if any, else the address
+        itself) is in it. The one judgement of registration, send and connection."""
+        ipv4 = embedded_ipv4(address) if isinstance(address, ipaddress.IPv6Address) else None
+        if any(a in net for a in (address, ipv4) if a is not None for net in self.denied):
             return False
-        return not self.allowed or any(a in net for a in forms for net in self.allowed)
+        judged = address if ipv4 is None else ipv4
+        return not self.allowed or any(judged in net for net in self.allowed)
 
     def check_address(self, address: str) -> IPAddress | None:
         """The address (as ``getaddrinfo`` gives it) if the policy refuses it, else None."""
@@ -146,7 +151,25 @@ def ip_literal(host: str) -> IPAddress | None:
 
 
 def reached(address: IPAddress) -> IPAddress:
-    """The address a connection to ``address`` reaches (IPv4-mapped IPv6 → IPv4)."""
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        return address.ipv4_mapped
+    """The address a connection to ``address`` reaches: the IPv4 address an IPv6 one
+    embeds, else itself."""
+    if isinstance(address, ipaddress.IPv6Address):
+        return embedded_ipv4(address) or address
     return address
+
+
+def embedded_ipv4(address: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
+    """The IPv4 address an IPv6 address stands for, when it embeds one: IPv4-mapped
+    (``::ffff:a.b.c.d``), IPv4-compatible (``::a.b.c.d``, but ``::`` and ``::1`` are
+    IPv6's own), NAT64's well-known prefix (``64:ff9b::a.b.c.d``), 6to4 (``2002:AABB:CCDD::``)
+    and Teredo (``2001:0::/32``, the client's address inverted in the last 32 bits)."""
+    if address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    value = int(address)
+    if value >> 32 in (0, _NAT64_PREFIX) and value > 1:
+        return ipaddress.IPv4Address(value & 0xFFFFFFFF)
+    if address.sixtofour is not None:
+        return address.sixtofour
+    if address.teredo is not None:
+        return address.teredo[1]
+    return None

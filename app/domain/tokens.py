@@ -124,14 +124,6 @@ def revoke(engine: Engine, token_id: str) -> None:
             raise NotFound(f"no token {token_id!r}", code="token_not_found")
 
 
-def principal_of(engine: Engine, token_id: str) -> Principal | None:
-    """Who a stored token acts as, by its id (None once revoked): for a session that was
-    opened with the token, which keeps only its id."""
-    with engine.connect() as conn:
-        row = tokens.get_token(conn, token_id)
-    return None if row is None else Principal(row.token_id, frozenset(tokens.scopes(row)))
-
-
 class TokenGuard:
     """Verifies presented tokens: the admin token from the settings, or a stored one."""
 

@@ -14,6 +14,8 @@ Table groups:
 - ``message_log`` and ``topic_offset``: the committed log, with dense per-topic offsets
   (``queue_offset``) handed out from a per-topic counter row inside the commit.
 - ``api_token``: scoped bearer tokens; the secret itself is never stored, only its hash.
+- ``ui_session``: the dashboard's sessions (``app.storage.ui_sessions``), so that signing
+  out ends one in every process; the cookie's session id is stored only hashed.
 - ``subscription`` and ``subscription_offset``: shared subscriptions (``app.storage.subscriptions``).
   A subscription is a cursor (every offset below ``ack_cursor`` is acknowledged), a read
   offset (none from it on was looked at) plus one row per offset between them that is
@@ -257,6 +259,18 @@ api_token = Table(
     # hex SHA-256 of the whole token (see app.domain.tokens for why not a slow hash)
     Column("secret_hash", String(64), nullable=False),
     Column("created_at", UTCDateTime, nullable=False),
+)
+
+ui_session = Table(
+    "ui_session",
+    metadata,
+    # hex SHA-256 of the session id the cookie carries
+    Column("session_hash", String(64), primary_key=True),
+    # the token signed in with (NULL: the admin token); no foreign key, the lookup joins
+    # api_token, so a revoked token's sessions open nothing
+    Column("token_id", String(32), nullable=True),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("expires_at", UTCDateTime, nullable=False, index=True),
 )
 
 topic_retention = Table(

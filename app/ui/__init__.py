@@ -1,9 +1,10 @@
 """The operator dashboard at ``/ui/``: server-rendered pages (Jinja2) over the same domain
 functions as the API, a small stylesheet, no JavaScript.
 
-With access control on, a person signs in with a token; the session cookie keeps only
-who they are (the token's id, or that it was the admin token), is HttpOnly and
-SameSite=Strict (and Secure over https), and is signed with a key derived from
+With access control on, a person signs in with a token; the session is kept on the
+server (``app.domain.ui_sessions``: signing out ends it in every process) and the cookie
+carries only its id. The cookie is HttpOnly and SameSite=Strict (and Secure over https,
+directly or through a trusted proxy), and is signed with a key derived from
 ``TXMSG_ADMIN_TOKEN``, so changing that token ends every session. Every form that
 changes something carries a CSRF token (Flask-WTF). The token's scopes decide what each
 page shows and allows, through ``app.domain.access.allows`` as for the API.

@@ -12,6 +12,7 @@ from urllib.parse import urlsplit
 from flask import (
     Blueprint,
     Response,
+    current_app,
     flash,
     g,
     redirect,
@@ -27,7 +28,7 @@ from werkzeug.wrappers import Response as BaseResponse
 
 from app.api.access import public
 from app.api.http import state
-from app.domain import dashboard, reads, states, tokens
+from app.domain import dashboard, reads, states, tokens, ui_sessions
 from app.domain.access import ADMIN, CONSUME, PRODUCE, UNRESTRICTED, Principal, names_allowed
 from app.domain.names import (
     DISCARD_TOPIC,
@@ -39,7 +40,7 @@ from app.errors import ApiError, Forbidden, InvalidRequest
 from app.vocabulary import Op, State
 
 STATIC = Path(__file__).parent / "static"
-ADMIN_SESSION = "admin"  # the session's "who" when signed in with TXMSG_ADMIN_TOKEN
+SESSION_ID = "sid"  # the cookie's key for the server-side session's id
 ACTIONS = {"commit": Op.COMMIT, "rollback": Op.ROLLBACK, "resume-check": Op.RESUME}
 # what each action says (which state it may follow: the state machine, app.domain.states)
 EXPLAINED = {
@@ -62,12 +63,18 @@ def viewer() -> Principal:
 
 
 def _session_principal() -> Principal | None:
-    who = session.get("who")
-    if who == ADMIN_SESSION:
-        return UNRESTRICTED
-    if isinstance(who, str):
-        return tokens.principal_of(state().engine, who)
+    session_id = session.get(SESSION_ID)
+    if isinstance(session_id, str):
+        return ui_sessions.session_principal(state().engine, session_id)
     return None
+
+
+def _end_session() -> None:
+    """End this browser's session on the server (every process), and forget it here."""
+    session_id = session.get(SESSION_ID)
+    if isinstance(session_id, str):
+        ui_sessions.end_session(state().engine, session_id)
+    session.clear()
 
 
 @bp.before_request
@@ -84,7 +91,7 @@ def _signed_in() -> BaseResponse | None:
         return None
     principal = _session_principal()
     if principal is None:
-        session.pop("who", None)
+        session.pop(SESSION_ID, None)
         return redirect(url_for("ui.sign_in", next=request.full_path.rstrip("?")))
     g.ui_principal = principal
     return None
@@ -198,16 +205,17 @@ def sign_in() -> BaseResponse | tuple[str, int]:
     if principal is None:
         return render_template("sign_in.html", next=target,
                                error="That token is unknown or revoked."), 401
-    session.clear()  # a new session: nothing carried over from before signing in
+    _end_session()  # a new session: nothing carried over from before signing in
     session.permanent = True
-    session["who"] = principal.token_id or ADMIN_SESSION
+    session[SESSION_ID] = ui_sessions.open_session(state().engine, principal,
+                                                   current_app.permanent_session_lifetime)
     return redirect(target, 303)
 
 
 @bp.post("/sign-out")
 @public
 def sign_out() -> BaseResponse:
-    session.clear()
+    _end_session()
     return redirect(url_for("ui.sign_in") if state().guard.enabled else url_for("ui.overview"),
                     303)
 

@@ -4,6 +4,7 @@ request ids echoed and logged, and none of the secrets planted along the way."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -72,3 +73,34 @@ def test_json_logs_of_a_real_serve_carry_ids_and_no_secret(
     assert all(c["url"].startswith("http://127.0.0.1:") and c["url"].endswith("/check?…")
                for c in checks)
     assert any(x["logger"] == "_granian" for x in lines)  # Granian's own lines are JSON too
+
+
+FORGED = "2026-11-26%2015:37:00,000%20WARNING%20txmsg.access:%20FORGED"
+LINE_START = re.compile(rb"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} [A-Z]+ [\w.]+: ")
+
+
+@pytest.mark.slow
+def test_text_logs_of_a_real_serve_escape_what_requests_bring(serve_factory: Any) -> None:
+    """Paths with a forged line, a NUL, a carriage return, an ANSI escape, a Unicode line
+    separator, to Flask's routes and to the front's: one request, one line."""
+    served = serve_factory({"TXMSG_LOG_LEVEL": "DEBUG"})
+    paths = [f"/v1/nothing%0a{FORGED}", f"/v1/nothing%00%0d%1b[31m%e2%80%a8{FORGED}",
+             f"/v1/topics/t%0a{FORGED}/messages",
+             f"/v1/producer-groups/g%0a{FORGED}/transactions"]
+    for path in paths:
+        r = requests.post(f"{served.url}{path}", json={"topic": "t", "body": "b"},
+                          headers={"X-Request-Id": f"forged%0a{FORGED}"})
+        assert r.status_code in (400, 404, 405), (path, r.status_code)
+    served.stop()
+
+    output = served.log.read_bytes()
+    assert b"\x00" not in output and b"\x1b" not in output and b"\r" not in output
+    lines = output.decode().splitlines()  # Unicode's line breaks split too
+    assert lines and all(LINE_START.match(line.encode()) or line.startswith(" ")
+                         for line in lines), lines
+    forged = [line for line in lines if "FORGED" in line]
+    access = [line for line in forged if " txmsg.access: POST " in line]
+    assert forged == access and len(access) == len(paths), forged
+    assert all(line.count("FORGED") == 1 for line in access)
+    assert "\\n2026-11-26 15:37:00,000 WARNING txmsg.access: FORGED" in access[0]
+    assert "\\x00\\r\\x1b[31m\\u2028" in access[1]

@@ -188,6 +188,43 @@ def test_odd_forms_of_an_address_reach_it_and_are_judged_as_it(
     assert cb.numbers("order-2") == []
 
 
+# IPv6 spellings of 169.254.169.254: IPv4-compatible, NAT64, 6to4, Teredo (client inverted)
+METADATA_IN_IPV6 = ["::169.254.169.254", "64:ff9b::a9fe:a9fe", "2002:a9fe:a9fe::",
+                    "2001:0:4136:e378:8000:63bf:5601:5601"]
+
+
+@pytest.mark.parametrize("address", [*METADATA_IN_IPV6, "::127.0.0.1", "64:ff9b::7f00:1"])
+def test_ipv6_spellings_of_a_denied_ipv4_address_are_refused_at_registration_and_send(
+        harness_factory, address: str) -> None:  # noqa: F811
+    h = harness_factory(callback_denied_networks=f"{DEFAULT_DENIED},{LOOPBACK}")
+    url = f"http://[{address}]:8080/check"
+    r = h.client.put("/v1/producer-groups/shop", json={"check_urls": [url]})
+    assert r.status_code == 400 and r.json["code"] == "callback_url_not_allowed", r.json
+    r = h.client.post("/v1/producer-groups/shop/transactions",
+                      json={"topic": "t", "body": "b", "check_url": url})
+    assert r.status_code == 400 and r.json["code"] == "callback_url_not_allowed", r.json
+
+
+def test_names_resolving_to_ipv6_spellings_of_denied_addresses_are_blocked(
+        harness_factory, network: Network) -> None:  # noqa: F811
+    h = harness_factory(callback_denied_networks=f"{DEFAULT_DENIED},{LOOPBACK}")
+    cb = h.callback(answer("COMMIT"))
+    port = port_of(cb.url)
+    network.names["metadata6.test"] = METADATA_IN_IPV6
+    network.names["loopback6.test"] = ["::127.0.0.1", "64:ff9b::7f00:1", "2002:7f00:1::"]
+    url = f"http://metadata6.test:{port}/check"
+    h.register("shop", [url, f"http://loopback6.test:{port}/check"])
+    h.send("shop", "order-1")
+    h.start_checker()
+
+    assert wait_until(lambda: settled(h, "shop", "order-1")) == "DISCARDED"
+    checks = h.check_log("shop", "order-1")
+    assert {c.result for c in checks} == {"BLOCKED"}
+    assert "169.254.169.254" in checks[0].detail and "127.0.0.1" in checks[0].detail
+    assert network.connected == []
+    assert cb.checks == []
+
+
 def test_allowed_networks_admit_only_themselves(harness_factory) -> None:  # noqa: F811
     h = harness_factory(callback_allowed_networks="10.0.0.0/8")
     for url in ("http://127.0.0.1:9/c", "http://[::1]:9/c", "http://192.168.1.1/c"):

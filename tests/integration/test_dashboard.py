@@ -5,25 +5,26 @@ allow, operator actions through the confirmation form, and each page's content."
 from __future__ import annotations
 
 import base64
+import json
 import re
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from sqlalchemy import insert, select
+from sqlalchemy import insert, select, update
 
 from app.config import Settings
 from app.storage import reads
-from app.storage.schema import check_log, message_log, op_log
+from app.storage.schema import check_log, message_log, op_log, ui_session
 from app.ui import session_key
 from app.vocabulary import Op
 from app.web import create_app
 from tests.callbacks import answer, wait_until
 from tests.conftest import make_settings
 from tests.integration.checker_harness import Harness, harness_factory  # noqa: F401
+from tests.integration.dashboard_helpers import ADMIN_TOKEN, csrf_of
 from tests.integration.helpers import row_counts
 
-ADMIN_TOKEN = "admin-token-for-tests-0123456789"
 AS_ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
 GROUP, OTHER, TOPIC = "orders-svc", "billing-svc", "orders"
 PAGES = ["/ui/", "/ui/transactions", "/ui/discarded", "/ui/topics", f"/ui/topics/{TOPIC}",
@@ -34,12 +35,6 @@ PAGES = ["/ui/", "/ui/transactions", "/ui/discarded", "/ui/topics", f"/ui/topics
 @pytest.fixture
 def settings(database_url: str) -> Settings:
     return make_settings(database_url, admin_token=ADMIN_TOKEN)
-
-
-def csrf_of(page: Any) -> str:
-    found = re.search(r'name="csrf_token" value="([^"]+)"', page.get_data(as_text=True))
-    assert found, page.get_data(as_text=True)
-    return found[1]
 
 
 def sign_in(client: Any, token: str = ADMIN_TOKEN, next_: str = "/ui/") -> Any:
@@ -188,6 +183,71 @@ def test_sign_out_needs_the_form_and_ends_the_session(client: Any) -> None:
     r = client.post("/ui/sign-out", data={"csrf_token": csrf_of(client.get("/ui/"))})
     assert r.status_code == 303
     assert client.get("/ui/").status_code == 302
+
+
+def test_signing_out_ends_the_session_on_the_server_in_every_process(
+        app: Any, client: Any, settings: Settings) -> None:
+    """The old cookie, replayed after sign-out, opens nothing: here nor in another
+    process on the same database (which honoured it before)."""
+    other = create_app(settings)
+    try:
+        for token in (ADMIN_TOKEN, make_token(client, "admin")):
+            sign_in(client, token=token)
+            cookie = client.get_cookie("txmsg_ui", path="/ui/")
+            assert cookie is not None
+            replay = other.test_client()
+            replay.set_cookie("txmsg_ui", cookie.value, path="/ui/")
+            assert replay.get("/ui/tokens").status_code == 200
+            r = client.post("/ui/sign-out", data={"csrf_token": csrf_of(client.get("/ui/"))})
+            assert r.status_code == 303
+            for c in (replay, app.test_client()):
+                c.set_cookie("txmsg_ui", cookie.value, path="/ui/")
+                r = c.get("/ui/tokens")
+                assert (r.status_code, r.headers["Location"]) == (
+                    302, "/ui/sign-in?next=/ui/tokens"), token
+    finally:
+        other.extensions["txmsg"].close()
+    with app.extensions["txmsg"].engine.connect() as conn:
+        assert conn.execute(select(ui_session)).all() == []
+
+
+def test_revoking_a_token_ends_its_sessions_in_every_process(
+        app: Any, client: Any, settings: Settings) -> None:
+    token = make_token(client, "admin")
+    sign_in(client, token=token)
+    cookie = client.get_cookie("txmsg_ui", path="/ui/")
+    assert cookie is not None
+    other = create_app(settings)
+    try:
+        replay = other.test_client()
+        replay.set_cookie("txmsg_ui", cookie.value, path="/ui/")
+        assert replay.get("/ui/tokens").status_code == 200
+        r = client.delete(f"/v1/tokens/{token.split('_')[1]}", headers=AS_ADMIN)
+        assert r.status_code == 204
+        assert replay.get("/ui/tokens").status_code == 302
+        assert client.get("/ui/tokens").status_code == 302
+    finally:
+        other.extensions["txmsg"].close()
+
+
+def test_a_session_expires_on_the_server_too(app: Any, client: Any) -> None:
+    sign_in(client)
+    with app.extensions["txmsg"].engine.begin() as conn:
+        conn.execute(update(ui_session).values(
+            expires_at=datetime.now(UTC) - timedelta(seconds=1)))
+    assert client.get("/ui/").status_code == 302
+    sign_in(client)  # and a sign-in sweeps the expired ones
+    with app.extensions["txmsg"].engine.connect() as conn:
+        assert len(conn.execute(select(ui_session)).all()) == 1
+
+
+def test_the_cookie_holds_only_a_session_id(client: Any) -> None:
+    sign_in(client, token=make_token(client, "admin"))
+    cookie = client.get_cookie("txmsg_ui", path="/ui/")
+    assert cookie is not None
+    payload = cookie.value.split(".")[0]
+    data = base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4))
+    assert set(json.loads(data)) == {"sid", "_permanent"}
 
 
 def test_with_access_control_off_no_sign_in_is_needed(database_url: str) -> None:

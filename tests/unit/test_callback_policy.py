@@ -60,6 +60,53 @@ def test_ipv4_mapped_addresses_are_judged_as_ipv4_both_ways() -> None:
     assert mapped.check_address("10.1.0.1") is None
 
 
+# the IPv6 spellings of 169.254.169.254 and of 127.0.0.1 (Teredo: the client inverted)
+METADATA_IN_IPV6 = ["::169.254.169.254", "::a9fe:a9fe", "::ffff:169.254.169.254",
+                    "64:ff9b::169.254.169.254", "64:ff9b::a9fe:a9fe", "2002:a9fe:a9fe::",
+                    "2002:a9fe:a9fe:1::1", "2001:0:4136:e378:8000:63bf:5601:5601"]
+LOOPBACK_IN_IPV6 = ["::127.0.0.1", "::ffff:127.0.0.1", "64:ff9b::7f00:1", "2002:7f00:1::",
+                    "2001:0:4136:e378:8000:63bf:80ff:fffe"]
+
+
+@pytest.mark.parametrize("address", METADATA_IN_IPV6)
+def test_ipv6_forms_embedding_a_denied_ipv4_address_are_denied(address: str) -> None:
+    assert DEFAULT.check_address(address) == ipaddress.ip_address("169.254.169.254")
+    with pytest.raises(CallbackUrlError) as err:
+        DEFAULT.check_url(f"http://[{address}]:8080/check")
+    assert err.value.code == "callback_url_not_allowed"
+    assert "169.254.169.254" in str(err.value)
+
+
+@pytest.mark.parametrize("address", LOOPBACK_IN_IPV6)
+def test_ipv6_forms_embedding_loopback_are_denied_with_loopback(address: str) -> None:
+    policy = CallbackPolicy.of([net("127.0.0.0/8")])
+    assert policy.check_address(address) == ipaddress.ip_address("127.0.0.1")
+    assert DEFAULT.check_address(address) is None  # loopback is allowed by default
+
+
+@pytest.mark.parametrize("address", ["::", "::1"])
+def test_the_unspecified_and_loopback_ipv6_addresses_are_not_ipv4_compatible(
+        address: str) -> None:
+    # judged as IPv6 (::/128 denied, ::1 allowed), never as 0.0.0.0 or 0.0.0.1
+    assert (DEFAULT.check_address(address) is None) is (address == "::1")
+    assert CallbackPolicy.of([net("0.0.0.0/8")]).check_address(address) is None
+
+
+def test_embedded_ipv4_addresses_must_be_in_the_allow_list() -> None:
+    policy = CallbackPolicy.of([], [net("10.0.0.0/8"), net("2002::/16"), net("64:ff9b::/96")])
+    for address in ("::10.1.2.3", "64:ff9b::10.1.2.3", "2002:a01:203::1",
+                    "2001:0:4136:e378:8000:63bf:f5fe:fdfc"):
+        assert policy.check_address(address) is None, address
+    for address in ("::11.1.2.3", "64:ff9b::11.1.2.3", "2002:b01:203::1"):
+        assert policy.check_address(address) == ipaddress.ip_address("11.1.2.3"), address
+
+
+def test_an_ipv6_network_denied_denies_its_addresses_whatever_they_embed() -> None:
+    policy = CallbackPolicy.of([net("2002::/16")])
+    assert policy.check_address("2002:a01:203::1") is not None
+    assert policy.check_address("10.1.2.3") is None
+
+
 def test_denied_networks_win_over_allowed_ones() -> None:
     policy = CallbackPolicy.of([net("10.0.0.0/24")], [net("10.0.0.0/8")])
     assert policy.check_address("10.0.0.7") is not None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 from datetime import datetime
 
 import pytest
@@ -133,3 +134,50 @@ def test_the_request_id_of_the_serving_thread_is_on_every_line() -> None:
     inside, outside = captured.records()
     assert inside["request_id"] == "req-42"
     assert "request_id" not in outside
+
+
+# a request path as a client may send it (percent-decoded): a forged line, a NUL, a
+# carriage return, an ANSI escape, Unicode's line breaks
+FORGED = "2026-11-26 15:37:00,000 WARNING txmsg.access: FORGED"
+HOSTILE = f"/v1/nothing\n{FORGED}\x00\r\x1b[31m\u2028{FORGED}\u2029\x85\x7f\tend"
+LINE_START = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} [A-Z]+ [\w.]+: ")
+
+
+def test_text_lines_escape_control_characters_so_one_record_is_one_line() -> None:
+    log = logging.getLogger("txmsg.test")
+    with captured_logs(Settings()) as captured:
+        log.info("GET %s 404", HOSTILE)
+        log.warning(HOSTILE)
+    output = captured.text
+    lines = output.splitlines()  # splits on \x85, \u2028 and the like too
+    assert len(lines) == 2 and all(LINE_START.match(line) for line in lines)
+    assert lines[0].endswith("INFO txmsg.test: GET /v1/nothing\\n2026-11-26 15:37:00,000 "
+                             "WARNING txmsg.access: FORGED\\x00\\r\\x1b[31m\\u2028"
+                             "2026-11-26 15:37:00,000 WARNING txmsg.access: FORGED"
+                             "\\u2029\\x85\\x7f\\tend 404")
+    assert not logs._CONTROL.search(output.replace("\n", ""))
+
+
+def test_a_traceback_stays_under_its_line_whatever_its_message() -> None:
+    log = logging.getLogger("txmsg.test")
+    with captured_logs(Settings()) as captured:
+        try:
+            raise ValueError(f"bad name {HOSTILE}")
+        except ValueError:
+            log.exception("failed on %s", HOSTILE)
+        log.info("after")
+    lines = captured.text.splitlines()
+    at_margin = [line for line in lines if not line.startswith(" ")]
+    assert len(at_margin) == 2 and all(LINE_START.match(line) for line in at_margin)
+    assert any(line.startswith("    Traceback") for line in lines)
+    assert "    ValueError: bad name /v1/nothing" in lines
+    assert f"    {FORGED}\\x00" in lines  # the exception's own lines, indented
+    assert "\x00" not in captured.text and "\x1b" not in captured.text
+
+
+def test_json_lines_encode_every_control_character() -> None:
+    with captured_logs(Settings(log_format="json")) as captured:
+        logging.getLogger("txmsg.test").info(HOSTILE, extra={"path": HOSTILE})
+    assert not logs._CONTROL.search(captured.text.removesuffix("\n"))
+    [record] = captured.records()  # one line, splitlines' way too
+    assert record["message"] == record["path"] == HOSTILE
