@@ -19,14 +19,13 @@ from sqlalchemy import Engine
 from app.domain.access import UNRESTRICTED, Principal
 from app.domain.lifecycle import utcnow
 from app.storage import tokens, ui_sessions
-from app.storage.db import wraps_db_errors, write_transaction
+from app.storage.db import write_transaction
 
 
 def _hashed(session_id: str) -> str:
     return hashlib.sha256(session_id.encode()).hexdigest()
 
 
-@wraps_db_errors
 def open_session(engine: Engine, principal: Principal, lifetime: timedelta) -> str:
     """A new session for ``principal`` (expired ones are swept on the way); its id."""
     session_id = secrets.token_urlsafe(32)
@@ -38,7 +37,6 @@ def open_session(engine: Engine, principal: Principal, lifetime: timedelta) -> s
     return session_id
 
 
-@wraps_db_errors
 def session_principal(engine: Engine, session_id: str) -> Principal | None:
     """Who the session acts as; None once it ended, expired or its token was revoked."""
     with engine.connect() as conn:
@@ -52,7 +50,6 @@ def session_principal(engine: Engine, session_id: str) -> Principal | None:
     return Principal(row.token_id, frozenset(tokens.scopes(row)))
 
 
-@wraps_db_errors
 def end_session(engine: Engine, session_id: str) -> None:
     with write_transaction(engine) as conn:
         ui_sessions.delete_session(conn, _hashed(session_id))
