@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import base64
 import logging
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 from urllib.parse import quote
 
 import requests
@@ -15,6 +16,9 @@ import requests
 from txmsg_client._http import auth_headers, call
 from txmsg_client.errors import TxmsgError
 from txmsg_client.resolution import Resolution
+
+if TYPE_CHECKING:
+    from txmsg_client.barrier import Barrier
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +33,19 @@ class TransactionResult:
     resolution: Resolution
     state: str  # COMMITTED, ROLLED_BACK, or PREPARED (left to the check)
     messages: list[dict[str, Any]]
+    end_error: Exception | None = field(default=None, repr=False)
+
+
+@dataclass
+class LocalTransaction:
+    """A ``local_transaction`` under way: ``connection`` is the database transaction of the
+    block; ``state`` is COMMITTED once the block committed and the service knows it,
+    PREPARED while the check has yet to commit it (``end_error`` says why)."""
+
+    transaction_id: str
+    messages: list[dict[str, Any]]
+    connection: Any = field(default=None, repr=False)
+    state: str = "PREPARED"
     end_error: Exception | None = field(default=None, repr=False)
 
 
@@ -167,6 +184,59 @@ class Producer:
         result.state = answer["state"]
         result.messages = answer.get("messages", result.messages)
         return result
+
+    @contextmanager
+    def local_transaction(
+        self, barrier: Barrier, messages: Message | Sequence[Message], *,
+        transaction_id: str | None = None, check_url: str | None = None,
+        check_immunity_seconds: int | None = None,
+    ) -> Iterator[LocalTransaction]:
+        """Send half messages, run the block in a database transaction of ``barrier``'s
+        engine whose first statement writes the barrier row, commit it, then commit the
+        messages; ``barrier.checker`` answers the checks.
+
+        An exception in the block rolls back both and is raised again. Once the database
+        transaction has committed nothing is raised: a commit that cannot reach the
+        service leaves ``state`` PREPARED, and the check commits it. A failure of the
+        database commit itself is raised, and the check settles the messages.
+        """
+        sent = self.send(messages, transaction_id=transaction_id, check_url=check_url,
+                         check_immunity_seconds=check_immunity_seconds)
+        local = LocalTransaction(sent["transaction_id"], sent["messages"])
+        database = barrier.begin(self.group, local.transaction_id)
+        try:
+            local.connection = database.__enter__()
+        except BaseException:
+            self._roll_back_quietly(local.transaction_id)
+            raise
+        try:
+            yield local
+        except BaseException as exc:
+            try:
+                database.__exit__(type(exc), exc, exc.__traceback__)
+            finally:
+                self._roll_back_quietly(local.transaction_id)
+            raise
+        database.__exit__(None, None, None)  # the local commit: raised, it is the check's
+        self._commit_quietly(local)
+
+    def _roll_back_quietly(self, transaction_id: str) -> None:
+        try:
+            self.rollback(transaction_id)
+        except (requests.RequestException, TxmsgError) as exc:
+            log.warning("could not roll back transaction %s, the check will: %s",
+                        transaction_id, exc)
+
+    def _commit_quietly(self, local: LocalTransaction) -> None:
+        try:
+            answer = self.commit(local.transaction_id)
+        except (requests.RequestException, TxmsgError) as exc:
+            log.warning("could not commit transaction %s, the check will: %s",
+                        local.transaction_id, exc)
+            local.end_error = exc
+            return
+        local.state = answer["state"]
+        local.messages = answer.get("messages", local.messages)
 
     def close(self) -> None:
         self._session.close()
