@@ -76,6 +76,36 @@ def message(topic: str, body: str | bytes, *, keys: Iterable[str] = (), tag: str
     return out
 
 
+def send_body(messages: Message | Sequence[Message], transaction_id: str | None,
+              check_url: str | None, check_immunity_seconds: int | None,
+              acks: Sequence[Mapping[str, Any]] | None) -> dict[str, Any]:
+    """The body of a send (one message or several)."""
+    batch = [messages] if isinstance(messages, Mapping) else list(messages)
+    body: dict[str, Any] = {"messages": [dict(m) for m in batch]}
+    if transaction_id is not None:
+        body["transaction_id"] = transaction_id
+    if check_url is not None:
+        body["check_url"] = check_url
+    if check_immunity_seconds is not None:
+        body["check_immunity_seconds"] = check_immunity_seconds
+    if acks:
+        body["acks"] = [dict(a) for a in acks]
+    return body
+
+
+def group_path(group: str) -> str:
+    return f"/v1/producer-groups/{quote(group, safe='')}"
+
+
+def transaction_path(group: str, transaction_id: str, action: str | None = None) -> str:
+    path = f"{group_path(group)}/transactions/{quote(transaction_id, safe='')}"
+    return f"{path}/{action}" if action else path
+
+
+def read_path(topic: str, from_offset: int, limit: int) -> str:
+    return f"/v1/topics/{quote(topic, safe='')}/messages?from_offset={from_offset}&limit={limit}"
+
+
 class Producer:
     """One producer group's client of a txmsg service; ``token``: a bearer token with the
     scope ``produce:<group>``, for a service with access control on."""
@@ -87,7 +117,7 @@ class Producer:
         self.timeout = timeout
         self._session = session or requests.Session()
         self._headers = auth_headers(token)
-        self._group_path = f"/v1/producer-groups/{quote(group, safe='')}"
+        self._group_path = group_path(group)
 
     def register(self, check_urls: Sequence[str], check_timeout_ms: int = 3000) -> dict[str, Any]:
         """Register (or replace) the URLs the service asks about unresolved transactions.
@@ -118,17 +148,8 @@ class Producer:
         subscriptions that the transaction's commit acknowledges, and its rollback
         releases (``Consumer.run`` with a producer builds them).
         """
-        batch = [messages] if isinstance(messages, Mapping) else list(messages)
-        body: dict[str, Any] = {"messages": [dict(m) for m in batch]}
-        if transaction_id is not None:
-            body["transaction_id"] = transaction_id
-        if check_url is not None:
-            body["check_url"] = check_url
-        if check_immunity_seconds is not None:
-            body["check_immunity_seconds"] = check_immunity_seconds
-        if acks:
-            body["acks"] = [dict(a) for a in acks]
-        return self._call("POST", f"{self._group_path}/transactions", body)
+        return self._call("POST", f"{self._group_path}/transactions", send_body(
+            messages, transaction_id, check_url, check_immunity_seconds, acks))
 
     def commit(self, transaction_id: str) -> dict[str, Any]:
         """Make the messages visible; returns their offsets. Safe to repeat."""
@@ -144,8 +165,7 @@ class Producer:
 
     def read(self, topic: str, from_offset: int = 0, limit: int = 100) -> dict[str, Any]:
         """A page of a topic's committed messages, from ``from_offset`` (``next_offset`` next)."""
-        return self._call("GET", f"/v1/topics/{quote(topic, safe='')}/messages"
-                                 f"?from_offset={from_offset}&limit={limit}")
+        return self._call("GET", read_path(topic, from_offset, limit))
 
     def resume_check(self, transaction_id: str) -> dict[str, Any]:
         """Put a DISCARDED transaction back to PREPARED (checked again from 1)."""
@@ -248,8 +268,7 @@ class Producer:
         self.close()
 
     def _txn_path(self, transaction_id: str, action: str | None = None) -> str:
-        path = f"{self._group_path}/transactions/{quote(transaction_id, safe='')}"
-        return f"{path}/{action}" if action else path
+        return transaction_path(self.group, transaction_id, action)
 
     def _call(self, method: str, path: str, body: Any = None) -> dict[str, Any]:
         return call(self._session, method, self.base_url + path, self._headers, self.timeout,
