@@ -25,11 +25,11 @@ from typing import Any
 import psycopg
 from psycopg import sql as pgsql
 from sqlalchemy import Column, Integer, MetaData, String, Table, create_engine
+from txmsg_client import Producer, message
+from txmsg_client.barrier import Barrier
 
 from bench.pgdb import admin_url, bench_database, libpq_url, sqlalchemy_url
 from bench.service import serve
-from txmsg_client import Producer, message
-from txmsg_client.barrier import Barrier
 
 metadata = MetaData()
 orders = Table("bench_orders", metadata, Column("id", Integer, primary_key=True),

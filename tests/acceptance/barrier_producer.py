@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import create_engine
-
-from tests.acceptance.barrier_orders import orders
 from txmsg_client import Producer, message
 from txmsg_client.barrier import Barrier
+
+from tests.acceptance.barrier_orders import orders
 
 
 def main(url: str, group: str, database_url: str, topic: str, txid: str, step: str,

@@ -23,14 +23,14 @@ from typing import Any
 
 import pytest
 from sqlalchemy import create_engine, select, text
+from txmsg_client import Producer, Resolution
+from txmsg_client.barrier import Barrier, RolledBackByCheck
+from txmsg_client.callback import CheckerServer
 
 from tests.acceptance.barrier_orders import metadata, orders
 from tests.acceptance.conftest import Served, start_serve
 from tests.callbacks import wait_until
 from tests.databases import scratch_pg_database
-from txmsg_client import Producer, Resolution
-from txmsg_client.barrier import Barrier, RolledBackByCheck
-from txmsg_client.callback import CheckerServer
 
 pytestmark = pytest.mark.slow
 

@@ -20,7 +20,6 @@ import uvicorn
 from fastapi import FastAPI
 from sqlalchemy import Column, Integer, MetaData, String, Table
 from sqlalchemy.ext.asyncio import create_async_engine
-
 from txmsg_client import message
 from txmsg_client.aio import AsyncBarrier, AsyncProducer, asgi_checker_app
 

@@ -17,12 +17,11 @@ import time
 import requests
 from flask import Flask, request
 from sqlalchemy import Column, Integer, MetaData, String, Table, create_engine
-from werkzeug.middleware.dispatcher import DispatcherMiddleware
-from werkzeug.serving import make_server
-
 from txmsg_client import Producer, message
 from txmsg_client.barrier import Barrier
 from txmsg_client.callback import checker_app
+from werkzeug.middleware.dispatcher import DispatcherMiddleware
+from werkzeug.serving import make_server
 
 TXMSG_URL = os.environ.get("TXMSG_URL", "http://127.0.0.1:8080")
 DATABASE_URL = os.environ.get("DATABASE_URL", f"sqlite:///{tempfile.mkdtemp()}/orders.db")

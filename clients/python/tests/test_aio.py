@@ -15,17 +15,15 @@ import pytest
 pytest.importorskip("httpx")
 pytest.importorskip("sqlalchemy.ext.asyncio")
 
-import httpx  # noqa: E402
-from sqlalchemy import Column, Integer, MetaData, String, Table, select  # noqa: E402
-from sqlalchemy.ext.asyncio import create_async_engine  # noqa: E402
-from standardwebhooks.webhooks import Webhook  # noqa: E402
-
-from conftest import Service  # noqa: E402
-from txmsg_client import Resolution, message  # noqa: E402
-from txmsg_client import _barrier_sql as sql  # noqa: E402
-from txmsg_client.aio import (AsyncBarrier, AsyncConsumer, AsyncProducer,  # noqa: E402
-                              asgi_checker_app)
-from txmsg_client.barrier import RolledBackByCheck  # noqa: E402
+import httpx
+from conftest import Service
+from sqlalchemy import Column, Integer, MetaData, String, Table, select
+from sqlalchemy.ext.asyncio import create_async_engine
+from standardwebhooks.webhooks import Webhook
+from txmsg_client import Resolution, message
+from txmsg_client import _barrier_sql as sql
+from txmsg_client.aio import AsyncBarrier, AsyncConsumer, AsyncProducer, asgi_checker_app
+from txmsg_client.barrier import RolledBackByCheck
 
 ASYNC_DRIVERS = {"sqlite": "sqlite+aiosqlite", "postgresql": "postgresql+psycopg",
                  "mysql": "mysql+aiomysql"}

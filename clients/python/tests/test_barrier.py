@@ -11,14 +11,13 @@ import pytest
 
 sqlalchemy = pytest.importorskip("sqlalchemy")
 
-from sqlalchemy import event, inspect, text  # noqa: E402
-from sqlalchemy.dialects import mysql, postgresql, sqlite  # noqa: E402
-from sqlalchemy.schema import CreateIndex, CreateTable  # noqa: E402
-
-from conftest import wait_until  # noqa: E402
-from txmsg_client import Resolution  # noqa: E402
-from txmsg_client import _barrier_sql as sql  # noqa: E402
-from txmsg_client.barrier import Barrier, RolledBackByCheck  # noqa: E402
+from conftest import wait_until
+from sqlalchemy import event, inspect, text
+from sqlalchemy.dialects import mysql, postgresql, sqlite
+from sqlalchemy.schema import CreateIndex, CreateTable
+from txmsg_client import Resolution
+from txmsg_client import _barrier_sql as sql
+from txmsg_client.barrier import Barrier, RolledBackByCheck
 
 GROUP = "orders"
 

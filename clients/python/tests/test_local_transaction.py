@@ -11,11 +11,10 @@ import requests
 
 sqlalchemy = pytest.importorskip("sqlalchemy")
 
-from sqlalchemy import Column, Integer, MetaData, String, Table, func, select  # noqa: E402
-
-from conftest import Service  # noqa: E402
-from txmsg_client import Producer, Resolution, message  # noqa: E402
-from txmsg_client.barrier import Barrier, RolledBackByCheck  # noqa: E402
+from conftest import Service
+from sqlalchemy import Column, Integer, MetaData, String, Table, func, select
+from txmsg_client import Producer, Resolution, message
+from txmsg_client.barrier import Barrier, RolledBackByCheck
 
 metadata = MetaData()
 orders = Table("orders", metadata, Column("id", Integer, primary_key=True),

@@ -12,8 +12,19 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import (Column, DateTime, Executable, Index, MetaData, String, Table, delete,
-                        insert, select, text)
+from sqlalchemy import (
+    Column,
+    DateTime,
+    Executable,
+    Index,
+    MetaData,
+    String,
+    Table,
+    delete,
+    insert,
+    select,
+    text,
+)
 from sqlalchemy.dialects import mysql, postgresql, sqlite
 from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import DBAPIError

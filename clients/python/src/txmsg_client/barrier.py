@@ -113,7 +113,7 @@ class Barrier:
         answer ROLLBACK for work that committed."""
         with self.engine.begin() as connection:
             done = connection.execute(sql.delete_older_than(self.table, sql.now() - older_than))
-        return int(done.rowcount)  # type: ignore[attr-defined]
+        return int(done.rowcount)
 
 
 class BarrierChecker:

@@ -20,8 +20,15 @@ try:
     from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
     from werkzeug.wrappers import Request, Response
 
-    from txmsg_client._checks import (SIGNATURE_HEADERS, Answer, SigningSecrets, Verifier,
-                                      answer, checker_failed, read_check)
+    from txmsg_client._checks import (
+        SIGNATURE_HEADERS,
+        Answer,
+        SigningSecrets,
+        Verifier,
+        answer,
+        checker_failed,
+        read_check,
+    )
 except ImportError as exc:
     raise ImportError("txmsg_client.callback needs werkzeug and standardwebhooks: "
                       "pip install 'txmsg-client[callback]'") from exc
@@ -59,14 +66,15 @@ class CheckerApp:
         return self._answer(Request(environ))(environ, start_response)
 
     def _answer(self, request: Request) -> Response:
-        check = read_check(request.method, request.get_data(), request.headers,
-                           request.remote_addr, self._verifier)
-        if isinstance(check, dict):
-            try:
-                check = answer(self.checker.check(check))
-            except Exception as exc:  # the producer's code: answer 500, don't crash
-                check = checker_failed(check, exc)
-        return _response(check)
+        headers = {name.lower(): value for name, value in request.headers.items()}
+        check = read_check(request.method, request.get_data(), headers, request.remote_addr,
+                           self._verifier)
+        if not isinstance(check, dict):
+            return _response(check)
+        try:
+            return _response(answer(self.checker.check(check)))
+        except Exception as exc:  # noqa: BLE001 - the producer's code: logged, answered 500
+            return _response(checker_failed(check, exc))
 
 
 def checker_app(checker: TransactionChecker, signing_secret: SigningSecrets = None) -> CheckerApp:

@@ -11,8 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 try:
-    from txmsg_client.aio.callback import (AsgiCheckerApp, AsyncTransactionChecker,
-                                           asgi_checker_app)
+    from txmsg_client.aio.callback import AsgiCheckerApp, AsyncTransactionChecker, asgi_checker_app
     from txmsg_client.aio.consumer import AsyncConsumer
     from txmsg_client.aio.producer import AsyncProducer
 except ImportError as exc:

@@ -82,7 +82,7 @@ class AsyncBarrier:
         async with self.engine.begin() as connection:
             done = await connection.execute(
                 sql.delete_older_than(self.table, sql.now() - older_than))
-        return int(done.rowcount)  # type: ignore[attr-defined]
+        return int(done.rowcount)
 
 
 class AsyncBarrierChecker:

@@ -8,8 +8,14 @@ import inspect
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any, Protocol
 
-from txmsg_client._checks import (Answer, SigningSecrets, Verifier, answer, checker_failed,
-                                  read_check)
+from txmsg_client._checks import (
+    Answer,
+    SigningSecrets,
+    Verifier,
+    answer,
+    checker_failed,
+    read_check,
+)
 from txmsg_client.resolution import Resolution, TransactionChecker
 
 Scope = MutableMapping[str, Any]
@@ -72,7 +78,7 @@ class AsgiCheckerApp:
             else:
                 resolution = await asyncio.to_thread(self.checker.check, transaction)
             return answer(resolution)
-        except Exception as exc:  # the producer's code: answer 500, don't crash
+        except Exception as exc:  # noqa: BLE001 - the producer's code: logged, answered 500
             return checker_failed(transaction, exc)
 
 

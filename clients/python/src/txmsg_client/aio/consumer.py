@@ -18,8 +18,16 @@ import httpx
 from txmsg_client._http import auth_headers
 from txmsg_client.aio._http import TRANSPORT_ERRORS, call
 from txmsg_client.aio.producer import AsyncProducer
-from txmsg_client.consumer import (BatchResult, Offsets, ReceivedMessage, RunStats, _offsets,
-                                   _outputs, _transactions, _transient)
+from txmsg_client.consumer import (
+    BatchResult,
+    Offsets,
+    ReceivedMessage,
+    RunStats,
+    _offsets,
+    _outputs,
+    _transactions,
+    _transient,
+)
 from txmsg_client.errors import TxmsgError
 from txmsg_client.producer import Message
 

@@ -13,8 +13,15 @@ import httpx
 from txmsg_client._http import auth_headers
 from txmsg_client.aio._http import TRANSPORT_ERRORS, call
 from txmsg_client.errors import TxmsgError
-from txmsg_client.producer import (LocalTransaction, Message, TransactionResult, group_path,
-                                   read_path, send_body, transaction_path)
+from txmsg_client.producer import (
+    LocalTransaction,
+    Message,
+    TransactionResult,
+    group_path,
+    read_path,
+    send_body,
+    transaction_path,
+)
 from txmsg_client.resolution import Resolution
 
 if TYPE_CHECKING:
