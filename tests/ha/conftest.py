@@ -7,12 +7,18 @@ skip, except in CI (CI=true) where they fail.
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
+from app.config import Settings
 from tests.databases import IN_CI
-from tests.ha.infra import PatroniCluster, unavailable_reason
+from tests.ha.infra import PatroniCluster, SparkCluster, unavailable_reason
+from tests.spark.conftest import _missing as spark_unavailable_reason
+from tests.spark.conftest import spark  # noqa: F401 (the local session that reads the lake)
 
 
 def require(reason: str | None) -> None:
@@ -31,3 +37,18 @@ def patroni() -> Iterator[PatroniCluster]:
         yield cluster
     finally:
         cluster.destroy()
+
+
+@pytest.fixture(scope="module")
+def spark_cluster() -> Iterator[SparkCluster]:
+    require(spark_unavailable_reason())
+    settings = Settings()
+    root = Path(tempfile.mkdtemp(prefix="txmsg-spark-"))
+    cluster: SparkCluster | None = None
+    try:
+        cluster = SparkCluster(root, [settings.postgresql_jdbc_jar, settings.sqlite_jdbc_jar])
+        yield cluster
+    finally:
+        if cluster is not None:
+            cluster.stop()
+        shutil.rmtree(root, ignore_errors=True)

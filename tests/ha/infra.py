@@ -271,3 +271,73 @@ def _any_process_in(data: Path) -> bool:
         except OSError:
             continue
     return False
+
+
+def spark_class() -> Path:
+    """PySpark's own ``spark-class``: the Spark that ``txmsg ingest`` runs, as a cluster."""
+    import pyspark
+
+    return Path(pyspark.__file__).resolve().parent / "bin" / "spark-class"
+
+
+class SparkCluster:
+    """A Spark standalone master and ``workers`` workers, each its own JVM process, with
+    the Debian JDBC drivers on every worker's classpath."""
+
+    def __init__(self, root: Path, jars: list[str], workers: int = 2) -> None:
+        self.root = root
+        self.port, self.ui_port = free_port(), free_port()
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.logs: list[Path] = []
+        env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_NO_DAEMONIZE": "1",
+               "SPARK_LOG_DIR": str(root), "SPARK_WORKER_DIR": str(root / "work"),
+               "SPARK_DAEMON_MEMORY": "256m",
+               # what executors load their JDBC driver from besides the job's spark.jars
+               "SPARK_DIST_CLASSPATH": ":".join(jars)}
+        self._start(env, "master", "org.apache.spark.deploy.master.Master",
+                    "--host", "127.0.0.1", "--port", str(self.port),
+                    "--webui-port", str(self.ui_port))
+        wait_until(lambda: self.state() is not None, timeout=START_SECONDS,
+                   what="the Spark master")
+        self.work_dirs = [root / f"worker{i}" for i in range(workers)]
+        for i, work in enumerate(self.work_dirs):
+            self._start(env, f"worker{i}", "org.apache.spark.deploy.worker.Worker",
+                        "--host", "127.0.0.1", "--webui-port", str(free_port()),
+                        "--cores", "1", "--memory", "1g", "--work-dir", str(work),
+                        self.master)
+        wait_until(lambda: len(self.alive_workers()) == workers, timeout=START_SECONDS,
+                   what=f"{workers} Spark workers to register")
+
+    @property
+    def master(self) -> str:
+        return f"spark://127.0.0.1:{self.port}"
+
+    def _start(self, env: dict[str, str], name: str, *args: str) -> None:
+        log = self.root / f"spark-{name}.log"
+        self.logs.append(log)
+        self.procs.append(subprocess.Popen(
+            [str(spark_class()), *args], env=env, stdout=log.open("ab"),
+            stderr=subprocess.STDOUT, start_new_session=True))
+
+    def state(self) -> dict[str, Any] | None:
+        """The master's own account (its web UI's JSON), None while it does not answer."""
+        for proc, log in zip(self.procs, self.logs, strict=True):
+            assert proc.poll() is None, f"{log.name} exited: {log_tail(log)}"
+        try:
+            r = requests.get(f"http://127.0.0.1:{self.ui_port}/json/", timeout=2)
+        except requests.RequestException:
+            return None
+        state: dict[str, Any] = r.json()
+        return state if r.ok else None
+
+    def alive_workers(self) -> list[dict[str, Any]]:
+        state = self.state() or {}
+        return [w for w in state.get("workers", []) if w.get("state") == "ALIVE"]
+
+    def executors_of(self, app_id: str) -> list[Path]:
+        """The executor directories the workers made for an application."""
+        return [d for work in self.work_dirs for d in (work / app_id).glob("*") if d.is_dir()]
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            kill_session(proc)

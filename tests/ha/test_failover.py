@@ -7,7 +7,6 @@ synchronous), nothing answers 500, and txmsg follows the new primary by itself.
 from __future__ import annotations
 
 import threading
-import time
 from collections import Counter
 from pathlib import Path
 
