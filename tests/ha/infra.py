@@ -341,3 +341,34 @@ class SparkCluster:
     def stop(self) -> None:
         for proc in self.procs:
             kill_session(proc)
+
+
+HAPROXY_CONFIG = ROOT / "deploy" / "haproxy" / "haproxy.cfg"
+
+
+class HAProxy:
+    """HAProxy (deploy/haproxy/haproxy.cfg) in front of two txmsg processes."""
+
+    def __init__(self, root: Path, api1: str, api2: str) -> None:
+        self.port = free_port()
+        self.log = root / "haproxy.log"
+        env = {**os.environ, "TXMSG_HAPROXY_BIND": f"127.0.0.1:{self.port}",
+               "TXMSG_API1": api1, "TXMSG_API2": api2}
+        self.proc = subprocess.Popen(["haproxy", "-db", "-f", str(HAPROXY_CONFIG)], env=env,
+                                     stdout=self.log.open("ab"), stderr=subprocess.STDOUT,
+                                     start_new_session=True)
+        wait_until(self._ready, timeout=START_SECONDS, what="HAProxy to pass requests")
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def _ready(self) -> bool:
+        assert self.proc.poll() is None, f"haproxy exited: {log_tail(self.log)}"
+        try:
+            return requests.get(f"{self.url}/readyz", timeout=2).status_code == 200
+        except requests.RequestException:
+            return False
+
+    def stop(self) -> None:
+        kill_session(self.proc)
