@@ -16,11 +16,13 @@ import signal
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import requests
-from sqlalchemy import create_engine, text
+from sqlalchemy import Connection, create_engine, text
 
 from tests.callbacks import wait_until
 from tests.conftest import free_port
@@ -372,3 +374,31 @@ class HAProxy:
 
     def stop(self) -> None:
         kill_session(self.proc)
+
+
+def pause(cluster: PatroniCluster) -> None:
+    """Patroni's maintenance mode: no failover, and a stopped PostgreSQL stays stopped."""
+    leader = cluster.leader()
+    r = requests.patch(f"{leader.api}/config", json={"pause": True}, timeout=10)
+    assert r.ok, r.text
+    wait_until(lambda: requests.get(f"{leader.api}/cluster", timeout=2).json().get("pause"),
+               timeout=START_SECONDS, what="Patroni to pause")
+
+
+def replayed(primary: PatroniNode, standby: PatroniNode, dbname: str) -> bool:
+    """Whether the standby has replayed all the primary has written so far."""
+    with connect(primary.url(dbname)) as conn:
+        written = conn.execute(text("SELECT pg_current_wal_lsn()::text")).scalar()
+    with connect(standby.url(dbname)) as conn:
+        return bool(conn.execute(text("SELECT pg_last_wal_replay_lsn() >= CAST(:w AS pg_lsn)"),
+                                 {"w": written}).scalar())
+
+
+@contextmanager
+def connect(url: str) -> Iterator[Connection]:
+    engine = create_engine(url, poolclass=None)
+    try:
+        with engine.connect() as conn:
+            yield conn
+    finally:
+        engine.dispose()
