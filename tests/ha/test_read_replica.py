@@ -1,6 +1,6 @@
-"""TXMSG_READ_DATABASE_URL on Patroni's synchronous standby: offset reads, message lookups
-and the dashboard's read pages come from the standby, never with a gap while commits
-stream in, and go on while the primary is down (sends then answer 503)."""
+"""TXMSG_READ_DATABASE_URL on Patroni's synchronous standby: offset reads, message lookups,
+the dashboard's read pages and `txmsg ingest` come from the standby, never with a gap
+while commits stream in, and go on while the primary is down (sends then answer 503)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,10 @@ from tests.acceptance.conftest import run_txmsg
 from tests.callbacks import wait_until
 from tests.faults.campaign import RECOVERY_SECONDS, Campaign, check_callback
 from tests.faults.load import GROUP, Load, read_all, register, unresolved_abandoned
+from tests.ha.conftest import require
 from tests.ha.infra import PatroniCluster, pause, replayed
+from tests.spark.conftest import _missing as spark_unavailable_reason
+from tests.spark.helpers import FAST_START_JVM, checkpoint, ingest_env, run_ingest
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.timeout(600)]
 
@@ -62,6 +65,15 @@ def test_reads_on_the_standby_stay_dense_and_outlive_the_primary(patroni: Patron
         for page in ("/ui/topics", "/ui/topics/orders", f"/ui/messages/{some['message_id']}"):
             shown = requests.get(f"{served.url}{page}", timeout=60)
             assert shown.status_code == 200, (page, shown.status_code, shown.text[:500])
+
+        # ingest (local[*]) plans from the standby's watermarks and reads it alone
+        require(spark_unavailable_reason())
+        env = ingest_env(url, TXMSG_READ_DATABASE_URL=standby.url("replica"),
+                         JAVA_TOOL_OPTIONS=FAST_START_JVM)
+        done = run_ingest(env, tmp_path / "lake")
+        assert done.returncode == 0, done.stderr
+        assert checkpoint(tmp_path / "lake") == {
+            topic: len(messages) for topic, messages in before.items() if messages}
     finally:
         callback.close()
         campaign.close()
