@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import requests
 
 from tests.acceptance.conftest import run_txmsg
 from tests.databases import scratch_pg_database
@@ -70,6 +71,13 @@ def test_a_node_killed_behind_haproxy_loses_nothing(database: str, tmp_path: Pat
         print(outcome)
         assert len(callback.checks) > checks_before, "no check ran after api2 was killed"
         assert servers["api1"].proc.poll() is None
+
+        # no process left: HAProxy's own answer is txmsg's 503 problem+json
+        servers["api1"].kill()
+        answer = requests.get(f"{proxy.url}/v1/topics/orders/messages", timeout=60)
+        assert answer.status_code == 503, answer.text
+        assert answer.headers["Content-Type"] == "application/problem+json"
+        assert answer.json()["code"] == "unavailable"
     finally:
         if proxy is not None:
             proxy.stop()
