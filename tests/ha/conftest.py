@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from app.config import Settings
 from tests.databases import IN_CI
 from tests.ha.infra import PatroniCluster, SparkCluster, unavailable_reason
 from tests.spark.conftest import _missing as spark_unavailable_reason
@@ -42,11 +41,10 @@ def patroni() -> Iterator[PatroniCluster]:
 @pytest.fixture(scope="module")
 def spark_cluster() -> Iterator[SparkCluster]:
     require(spark_unavailable_reason())
-    settings = Settings()
     root = Path(tempfile.mkdtemp(prefix="txmsg-spark-"))
     cluster: SparkCluster | None = None
     try:
-        cluster = SparkCluster(root, [settings.postgresql_jdbc_jar, settings.sqlite_jdbc_jar])
+        cluster = SparkCluster(root)
         yield cluster
     finally:
         if cluster is not None:

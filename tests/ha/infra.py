@@ -283,19 +283,18 @@ def spark_class() -> Path:
 
 
 class SparkCluster:
-    """A Spark standalone master and ``workers`` workers, each its own JVM process, with
-    the Debian JDBC drivers on every worker's classpath."""
+    """A Spark standalone master and ``workers`` workers, each its own JVM process. Nothing
+    is added to the workers' classpath: the JDBC driver reaches the executors with the job
+    (``spark.jars``), as on a cluster without Debian's jars."""
 
-    def __init__(self, root: Path, jars: list[str], workers: int = 2) -> None:
+    def __init__(self, root: Path, workers: int = 2) -> None:
         self.root = root
         self.port, self.ui_port = free_port(), free_port()
         self.procs: list[subprocess.Popen[bytes]] = []
         self.logs: list[Path] = []
         env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_NO_DAEMONIZE": "1",
                "SPARK_LOG_DIR": str(root), "SPARK_WORKER_DIR": str(root / "work"),
-               "SPARK_DAEMON_MEMORY": "256m",
-               # what executors load their JDBC driver from besides the job's spark.jars
-               "SPARK_DIST_CLASSPATH": ":".join(jars)}
+               "SPARK_DAEMON_MEMORY": "256m"}
         self._start(env, "master", "org.apache.spark.deploy.master.Master",
                     "--host", "127.0.0.1", "--port", str(self.port),
                     "--webui-port", str(self.ui_port))
