@@ -295,19 +295,23 @@ class SparkCluster:
         env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_NO_DAEMONIZE": "1",
                "SPARK_LOG_DIR": str(root), "SPARK_WORKER_DIR": str(root / "work"),
                "SPARK_DAEMON_MEMORY": "256m"}
-        self._start(env, "master", "org.apache.spark.deploy.master.Master",
-                    "--host", "127.0.0.1", "--port", str(self.port),
-                    "--webui-port", str(self.ui_port))
-        wait_until(lambda: self.state() is not None, timeout=START_SECONDS,
-                   what="the Spark master")
         self.work_dirs = [root / f"worker{i}" for i in range(workers)]
-        for i, work in enumerate(self.work_dirs):
-            self._start(env, f"worker{i}", "org.apache.spark.deploy.worker.Worker",
-                        "--host", "127.0.0.1", "--webui-port", str(free_port()),
-                        "--cores", "1", "--memory", "1g", "--work-dir", str(work),
-                        self.master)
-        wait_until(lambda: len(self.alive_workers()) == workers, timeout=START_SECONDS,
-                   what=f"{workers} Spark workers to register")
+        try:
+            self._start(env, "master", "org.apache.spark.deploy.master.Master",
+                        "--host", "127.0.0.1", "--port", str(self.port),
+                        "--webui-port", str(self.ui_port))
+            wait_until(lambda: self.state() is not None, timeout=START_SECONDS,
+                       what="the Spark master")
+            for i, work in enumerate(self.work_dirs):
+                self._start(env, f"worker{i}", "org.apache.spark.deploy.worker.Worker",
+                            "--host", "127.0.0.1", "--webui-port", str(free_port()),
+                            "--cores", "1", "--memory", "1g", "--work-dir", str(work),
+                            self.master)
+            wait_until(lambda: len(self.alive_workers()) == workers, timeout=START_SECONDS,
+                       what=f"{workers} Spark workers to register")
+        except BaseException:
+            self.stop()
+            raise
 
     @property
     def master(self) -> str:
@@ -326,10 +330,10 @@ class SparkCluster:
             assert proc.poll() is None, f"{log.name} exited: {log_tail(log)}"
         try:
             r = requests.get(f"http://127.0.0.1:{self.ui_port}/json/", timeout=2)
-        except requests.RequestException:
+            state: dict[str, Any] = r.json() if r.ok else None
+        except (requests.RequestException, ValueError):  # starting: not (yet) its JSON
             return None
-        state: dict[str, Any] = r.json()
-        return state if r.ok else None
+        return state
 
     def alive_workers(self) -> list[dict[str, Any]]:
         state = self.state() or {}

@@ -22,7 +22,7 @@ from tests.spark.helpers import (
     send,
 )
 
-pytestmark = [pytest.mark.slow, pytest.mark.spark, pytest.mark.postgres]
+pytestmark = [pytest.mark.slow, pytest.mark.spark, pytest.mark.postgres, pytest.mark.timeout(900)]
 
 
 def per_topic(spark, out: Path) -> list[Row]:  # type: ignore[no-untyped-def]
