@@ -20,7 +20,7 @@ from app.domain.tokens import TokenGuard
 from app.domain.wakeups import NOTIFIED, TopicSignal
 from app.lifetime import die_with_parent
 from app.storage import notices
-from app.storage.db import make_engine
+from app.storage.db import make_engine, make_read_engine
 
 
 @dataclass
@@ -32,6 +32,13 @@ class AppState:
     subscriptions: Subscriptions
     # other processes' commits, for the receives waiting here (PostgreSQL only)
     listener: notices.Listener | None = None
+    # reads that may lag: offset reads, message lookups, the dashboard's read pages
+    # (TXMSG_READ_DATABASE_URL's standby; else ``engine``)
+    read_engine: Engine | None = None
+
+    @property
+    def reader(self) -> Engine:
+        return self.read_engine or self.engine
 
     @property
     def signal(self) -> TopicSignal:
@@ -42,6 +49,8 @@ class AppState:
             self.listener.close()
         self.lifecycle.close()
         self.engine.dispose()
+        if self.read_engine is not None and self.read_engine is not self.engine:
+            self.read_engine.dispose()
 
 
 def create_app(settings: Settings | None = None, *, engine: Engine | None = None,
@@ -66,7 +75,8 @@ def create_app(settings: Settings | None = None, *, engine: Engine | None = None
                                     ignore=lifecycle.publisher.origin)
     app.extensions["txmsg"] = AppState(
         settings, engine, lifecycle, guard,
-        Subscriptions(engine, settings.max_read_bytes, lifecycle.signal), listener)
+        Subscriptions(engine, settings.max_read_bytes, lifecycle.signal), listener,
+        make_read_engine(settings, engine))
     register_error_handlers(app)
     bodies.install(app)
     access.install(app)

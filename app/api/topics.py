@@ -52,7 +52,7 @@ def read_topic(topic: str) -> Response:
     """Committed messages of a topic from ``from_offset``, in offset order, at most
     ``limit`` of them and TXMSG_MAX_READ_BYTES of bodies (but at least one)."""
     check_readable_topic(topic)
-    return json_response(reads.read_topic(state().engine, topic, int_arg("from_offset", 0, 0),
+    return json_response(reads.read_topic(state().reader, topic, int_arg("from_offset", 0, 0),
                                           limit_arg(), state().settings.max_read_bytes))
 
 
@@ -62,4 +62,4 @@ def read_topic(topic: str) -> Response:
 def get_message(message_id: str) -> Response:
     """One message, its transaction's state and, once committed, its offset."""
     check_message_id(message_id)
-    return json_response(reads.get_message(state().engine, message_id, current_principal()))
+    return json_response(reads.get_message(state().reader, message_id, current_principal()))
