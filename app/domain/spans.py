@@ -85,7 +85,7 @@ def checking(group: str, transaction_id: str, number: int,
     messages carry; its result is ``txmsg.check.result``."""
     with tracing.operation(
             "check", "settle", tracing.one_topic(m["topic"] for m in messages), "CLIENT",
-            linked=(m.get("properties") or {} for m in messages),
+            linked=(_properties(m.get("properties")) for m in messages),
             attributes={"txmsg.producer_group": group, "txmsg.transaction_id": transaction_id,
                         "txmsg.check.number": number}) as span:
         tracing.count_messages(span, [m["message_id"] for m in messages])
@@ -103,10 +103,20 @@ def received(topic: str, subscription: str, messages: Sequence[Mapping[str, Any]
     span from ``started_ns``, linked to the contexts the messages carry."""
     with tracing.operation(
             "receive", "receive", topic, "CLIENT",
-            linked=(m.get("properties") or {} for m in messages),
+            linked=(_properties(m.get("properties")) for m in messages),
             attributes={"messaging.consumer.group.name": subscription},
             start_time=started_ns) as span:
         tracing.count_messages(span, [m["message_id"] for m in messages])
+
+
+def _properties(value: Any) -> Mapping[str, str]:
+    """A read message's properties: a mapping, or the stored JSON (an ``orjson.Fragment``)."""
+    if value is None or isinstance(value, Mapping):
+        return value or {}
+    import orjson
+
+    parsed: dict[str, str] = orjson.loads(orjson.dumps(value))  # a Fragment dumps as is
+    return parsed
 
 
 def now_ns() -> int:
