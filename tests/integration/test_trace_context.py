@@ -5,11 +5,15 @@ reads, receives, the discard topic's copies and the check callback's payload car
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
+from app import tracing
 from app.domain.messages import MAX_PROPERTIES, MAX_PROPERTIES_BYTES
 from app.web import create_app
 from tests.callbacks import answer, wait_until
@@ -171,3 +175,88 @@ def test_the_check_and_the_discard_copies_carry_the_trace_context(harness) -> No
         (TRACEPARENT, TRACESTATE)
     [parked] = h.topic("TRANS_CHECK_MAX_TIME_TOPIC")
     assert parked["properties"]["traceparent"] == TRACEPARENT
+
+
+@pytest.fixture
+def exported() -> Iterator[Any]:
+    """Tracing on in this process (``app.tracing``), its spans kept in memory."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracing.use(provider)
+    yield exporter
+    tracing.shutdown()
+
+
+def test_both_fronts_make_the_same_spans(sides, exported) -> None:
+    commit_parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00000000000000c0-01"
+    ack_parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00000000000000d0-01"
+    both(sides, "POST", SEND, json={"transaction_id": "x1", **MSG},
+         headers={"traceparent": TRACEPARENT, "tracestate": TRACESTATE})
+    both(sides, "POST", f"{SEND}/x1/commit", headers={"traceparent": commit_parent})
+    both(sides, "PUT", "/v1/topics/tTAG/subscriptions/s", json={"initial_position": "earliest"})
+    both(sides, "POST", "/v1/topics/tTAG/subscriptions/s/receive", json={"max_messages": 1})
+    both(sides, "POST", "/v1/topics/tTAG/subscriptions/s/ack", json={"offsets": [0]},
+         headers={"traceparent": ack_parent})
+
+    def shape(span: Any) -> tuple[Any, ...]:
+        return (span.name.replace(TAGS[0], "TAG").replace(TAGS[1], "TAG"), span.kind.name,
+                span.parent and f"{span.parent.trace_id:032x}-{span.parent.span_id:016x}",
+                [f"{link.context.trace_id:032x}-{link.context.span_id:016x}"
+                 for link in span.links])
+
+    stored_context = "4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7"
+    expected = [("send tTAG", "PRODUCER", stored_context, []),
+                ("commit tTAG", "CLIENT", "4bf92f3577b34da6a3ce929d0e0e4736-00000000000000c0",
+                 [stored_context]),
+                ("receive tTAG", "CLIENT", None, [stored_context]),
+                ("ack tTAG", "CLIENT", "4bf92f3577b34da6a3ce929d0e0e4736-00000000000000d0", [])]
+    spans = [shape(s) for s in exported.get_finished_spans()]
+    assert spans[0::2] == spans[1::2] == expected  # the front's, then Flask's, in turn
+    send = exported.get_finished_spans()[0]
+    assert send.parent.trace_state.get("congo") == "t61rcWkgMzE"
+
+
+def test_tracing_off_imports_no_opentelemetry(tmp_path) -> None:
+    """Without OTEL_EXPORTER_OTLP_ENDPOINT a send, commit, receive and ack, traced or not,
+    leave OpenTelemetry unimported (the hot path checks ``TRACER is None`` only)."""
+    script = f"""
+import sys
+from app.api.asgi import Api
+from app.web import create_app
+from tests.asgi_client import AsgiClient
+from tests.conftest import make_settings
+from app import tracing
+
+assert not tracing.install({{}})
+app = create_app(make_settings("sqlite:///{tmp_path / 'txmsg.db'}"))
+from app.storage.db import upgrade_to_head
+upgrade_to_head(app.extensions["txmsg"].settings)
+client = AsgiClient(Api(app))
+headers = [("Content-Type", "application/json"), ("traceparent", "{TRACEPARENT}")]
+def call(path, body=b""):
+    reply = client.request("POST", path, body=body,
+                           headers=[*headers, ("Content-Length", str(len(body)))])
+    assert reply.status < 300, (path, reply.status, reply.body)
+assert app.test_client().put("/v1/producer-groups/g",
+                             json={{"check_urls": ["http://127.0.0.1:9/c"]}}).status_code == 200
+assert app.test_client().put("/v1/topics/t/subscriptions/s",
+                             json={{"initial_position": "earliest"}}).status_code == 201
+call("/v1/producer-groups/g/transactions", b'{{"transaction_id": "x", "topic": "t", "body": "b"}}')
+call("/v1/producer-groups/g/transactions/x/commit")
+call("/v1/topics/t/subscriptions/s/receive", b'{{"max_messages": 1}}')
+call("/v1/topics/t/subscriptions/s/ack", b'{{"offsets": [0]}}')
+client.close()
+app.extensions["txmsg"].close()
+print(sorted(m for m in sys.modules if m.startswith("opentelemetry")))
+"""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("TXMSG_", "OTEL_"))}
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
