@@ -477,8 +477,8 @@ class _Builder:
                 "name": "traceparent", "in": "header", "required": False,
                 "description": (
                     "W3C trace context: stored with each message as its `traceparent` "
-                    "property unless the message sets one (or has no room left within the "
-                    "property limits). Not valid per W3C (version-traceid-parentid-flags, "
+                    "property unless the message sets `traceparent` or `tracestate` (or has "
+                    "no room left within the property limits). Not valid per W3C (version-traceid-parentid-flags, "
                     "lower-case hex, ids not all zeros): ignored, with `tracestate`; never "
                     "a 400. Not part of what makes a retried send the same."),
                 "schema": {"type": "string"},

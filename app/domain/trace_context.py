@@ -4,7 +4,8 @@ properties of those names, so a consumer continues the producer's trace.
 
 As W3C says of a receiver, an invalid ``traceparent`` is ignored (never a 400), and with
 it its ``tracestate``. A header value never turns a valid send into a refused one: a
-message that sets a property of that name keeps its own, and a message whose properties
+message that sets either property keeps its own context (and gets none of the request's),
+and a message whose properties
 are at their limits (``MAX_PROPERTIES`` entries, ``MAX_PROPERTIES_BYTES`` bytes) is
 stored without the header values that would not fit.
 """
@@ -82,14 +83,12 @@ def stamp(request: TransactionIn, trace: TraceContext) -> TransactionIn:
 
 def _stamped(message: MessageIn, trace: TraceContext) -> MessageIn:
     props = message.properties
-    if TRACEPARENT in props:  # the message's own context, whole: none of the request's
+    if TRACEPARENT in props or TRACESTATE in props:  # its own context: none of the request's
         return message
     added: dict[str, str] = {}
     count = len(props)
     size = sum(len(k.encode()) + len(v.encode()) for k, v in props.items())
     for key, value in trace.properties().items():
-        if key in props:
-            break
         grown = size + len(key) + len(value)  # both ASCII
         if count + 1 > MAX_PROPERTIES or grown > MAX_PROPERTIES_BYTES:
             break  # no tracestate without its traceparent
