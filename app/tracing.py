@@ -17,6 +17,7 @@ to the contexts stored with the messages (``app.domain.trace_context``).
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -25,6 +26,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.trace import Span, SpanKind, Tracer
+
+log = logging.getLogger(__name__)
 
 SYSTEM = "txmsg"
 TRACER: Tracer | None = None
@@ -43,10 +46,15 @@ def install(environ: Mapping[str, str] = os.environ) -> bool:
     """Export this process's spans if ``environ`` asks for it (once per process)."""
     if TRACER is not None or not configured(environ):
         return TRACER is not None
-    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-    from opentelemetry.sdk.resources import Resource
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    try:
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+        from opentelemetry.sdk.resources import Resource
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    except ImportError as exc:
+        log.warning("OTEL_EXPORTER_OTLP_ENDPOINT is set but OpenTelemetry is not installed "
+                    "(pip install 'txmsg[otel]'): no spans exported (%s)", exc)
+        return False
 
     attributes = {} if environ.get("OTEL_SERVICE_NAME") else {"service.name": "txmsg"}
     provider = TracerProvider(resource=Resource.create(attributes))
