@@ -8,7 +8,7 @@ from functools import partial
 from flask import Flask
 from sqlalchemy import Engine
 
-from app import ui
+from app import tracing, ui
 from app.api import access, bodies, telemetry
 from app.api.asgi import Api
 from app.api.http import register_error_handlers
@@ -90,10 +90,12 @@ def create_app(settings: Settings | None = None, *, engine: Engine | None = None
 def app_from_env() -> Flask:
     """WSGI entry point, for a WSGI server (settings from TXMSG_* variables)."""
     die_with_parent()
+    tracing.install()
     return create_app(cross_process=True)
 
 
 def asgi_from_env() -> Api:
     """ASGI entry point, as ``txmsg serve`` runs it (settings from TXMSG_* variables)."""
     die_with_parent()
+    tracing.install()
     return Api(create_app(cross_process=True))

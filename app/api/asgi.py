@@ -64,6 +64,7 @@ from werkzeug.exceptions import (
     RequestURITooLarge,
 )
 
+from app import tracing
 from app.api import subscriptions, telemetry, transactions
 from app.api.access import (
     Access,
@@ -77,6 +78,7 @@ from app.api.bodies import body_limit
 from app.api.http import PROBLEM_MEDIA_TYPE, api_problem, dump_json, http_problem
 from app.api.longpoll import Waits
 from app.api.subscriptions import ack_once, check_names, parse_ack, parse_receive, receive_once
+from app.api.tracing import request_trace
 from app.api.transactions import check_ack_scopes, check_finish, parse_send, send_answer
 from app.domain.access import UNRESTRICTED, Principal
 from app.errors import ApiError, InvalidRequest
@@ -244,15 +246,16 @@ class Api:
             if self._guard.enabled:
                 authorize(_ACCESS[op], principal, {"group": group})
             lifecycle = self._state.lifecycle
+            trace = request_trace(scope["headers"])
             if op is None:
-                txn = parse_send(lifecycle, group, raw)
+                txn = parse_send(lifecycle, group, raw, trace)
                 if txn.acks:
                     check_ack_scopes(principal, txn)
-                body, status = send_answer(await lifecycle.send_async(group, txn))
+                body, status = send_answer(await lifecycle.send_async(group, txn, trace))
             else:
                 check_finish(group, transaction_id)
-                body, status = (await lifecycle.finish_async(group, transaction_id,
-                                                              _OPS[op])).body, 200
+                body, status = (await lifecycle.finish_async(group, transaction_id, _OPS[op],
+                                                              trace)).body, 200
             data = dump_json(body)
         except ApiError as exc:
             status, data, content_type, headers = exc.status, api_problem(
@@ -293,7 +296,8 @@ class Api:
                 body = await self._long_poll(topic, name, parse_receive(raw))
             else:
                 body = await asyncio.get_running_loop().run_in_executor(
-                    self._receivers, ack_once, self._state, topic, name, parse_ack(raw))
+                    self._receivers, ack_once, self._state, topic, name, parse_ack(raw),
+                    request_trace(scope["headers"]))
             status, data = 200, dump_json(body)
         except ApiError as exc:
             status, data, content_type, headers = exc.status, api_problem(
@@ -343,6 +347,7 @@ class Api:
             elif message["type"] == "lifespan.shutdown":
                 self._state.close()  # the writers finish what they hold, then stop
                 self._receivers.shutdown(wait=False, cancel_futures=True)
+                tracing.shutdown()  # the spans still buffered are exported
                 await send({"type": "lifespan.shutdown.complete"})
                 return
 

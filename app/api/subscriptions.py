@@ -12,6 +12,7 @@ from typing import Any
 
 from flask import Blueprint, Response, request
 
+from app import tracing
 from app.api.access import requires
 from app.api.http import (
     json_body,
@@ -22,10 +23,13 @@ from app.api.http import (
     request_body,
     state,
 )
+from app.api.tracing import flask_trace
+from app.domain import spans
 from app.domain import subscriptions as subs
 from app.domain.access import CONSUME
 from app.domain.messages import parse_body
 from app.domain.names import check_readable_topic, is_valid_name
+from app.domain.trace_context import TraceContext
 from app.domain.wakeups import RECHECK_SECONDS
 from app.errors import InvalidRequest
 
@@ -46,8 +50,11 @@ def parse_receive(raw: bytes) -> subs.ReceiveIn:
 
 def receive_once(app_state: Any, topic: str, subscription: str,
                  request: subs.ReceiveIn) -> subs.Received:
+    started = spans.now_ns() if tracing.TRACER is not None else 0
     received: subs.Received = app_state.subscriptions.receive(topic, subscription,
                                                               request.max_messages)
+    if started and received.messages:
+        spans.received(topic, subscription, received.messages, started)
     return received
 
 
@@ -56,8 +63,12 @@ def parse_ack(raw: bytes) -> list[int]:
     return parse_body(subs.OffsetsIn, parse_json(raw)).offsets
 
 
-def ack_once(app_state: Any, topic: str, subscription: str, offsets: list[int]
-             ) -> dict[str, int]:
+def ack_once(app_state: Any, topic: str, subscription: str, offsets: list[int],
+             trace: TraceContext | None = None) -> dict[str, int]:
+    """``trace``: the request's trace context (the ack's span is its child)."""
+    if tracing.TRACER is not None:
+        with spans.acking(topic, subscription, offsets, trace):
+            return {"acked": app_state.subscriptions.ack(topic, subscription, offsets)}
     return {"acked": app_state.subscriptions.ack(topic, subscription, offsets)}
 
 
@@ -123,7 +134,8 @@ def receive(topic: str, subscription: str) -> Response:
 def ack(topic: str, subscription: str) -> Response:
     """Acknowledge offsets; ``acked``: how many were not acknowledged before."""
     check_names(topic, subscription)
-    return json_response(ack_once(state(), topic, subscription, parse_ack(request_body())))
+    return json_response(ack_once(state(), topic, subscription, parse_ack(request_body()),
+                                  flask_trace()))
 
 
 @bp.post("/<subscription>/nack")

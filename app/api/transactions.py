@@ -9,26 +9,31 @@ from flask import Blueprint, Response, request
 from app.api.access import current_principal, requires
 from app.api.bodies import carries_messages
 from app.api.http import int_arg, json_response, limit_arg, parse_json, request_body, state
+from app.api.tracing import flask_trace
 from app.domain import reads
 from app.domain.access import CONSUME, PRODUCE, Principal
 from app.domain.lifecycle import Lifecycle, SendResult
 from app.domain.messages import TransactionIn, parse_transaction
 from app.domain.names import check_group_name, check_transaction_id
+from app.domain.trace_context import TraceContext, stamp
 from app.errors import Forbidden
 from app.vocabulary import Op
 
 bp = Blueprint("transactions", __name__, url_prefix="/v1/producer-groups/<group>/transactions")
 
 
-def parse_send(lifecycle: Lifecycle, group: str, raw: bytes) -> TransactionIn:
-    """A send's group name and body, validated: the transaction to store.
+def parse_send(lifecycle: Lifecycle, group: str, raw: bytes,
+               trace: TraceContext | None = None) -> TransactionIn:
+    """A send's group name and body, validated: the transaction to store, its messages
+    carrying the request's trace context (``app.domain.trace_context``).
 
     Shared by the Flask route and the ASGI front (``app.api.asgi``), as are
     ``send_answer`` and ``check_finish``.
     """
     check_group_name(group)
-    return parse_transaction(parse_json(raw), max_body_bytes=lifecycle.settings.max_body_bytes,
-                             callback_policy=lifecycle.callback_policy)
+    txn = parse_transaction(parse_json(raw), max_body_bytes=lifecycle.settings.max_body_bytes,
+                            callback_policy=lifecycle.callback_policy)
+    return txn if trace is None else stamp(txn, trace)
 
 
 def check_ack_scopes(principal: Principal, request: TransactionIn) -> None:
@@ -56,15 +61,17 @@ def check_finish(group: str, transaction_id: str) -> None:
 def send(group: str) -> Response:
     """Store half messages (with acks: each acked topic needs consume:<topic> too)."""
     lifecycle = state().lifecycle
-    txn = parse_send(lifecycle, group, request_body())
+    trace = flask_trace()
+    txn = parse_send(lifecycle, group, request_body(), trace)
     check_ack_scopes(current_principal(), txn)
-    return json_response(*send_answer(lifecycle.send(group, txn)))
+    return json_response(*send_answer(lifecycle.send(group, txn, trace)))
 
 
 def _finish(group: str, transaction_id: str, op: Op) -> Response:
     """Commit, roll back or resume checks (always 200)."""
     check_finish(group, transaction_id)
-    return json_response(state().lifecycle.finish(group, transaction_id, op).body)
+    return json_response(state().lifecycle.finish(group, transaction_id, op,
+                                                  trace=flask_trace()).body)
 
 
 @bp.post("/<transaction_id>/commit")
