@@ -47,7 +47,7 @@ def draw(results: dict[str, Any], out_dir: Path) -> list[Path]:
 
 def _subtitle(results: dict[str, Any]) -> str:
     m = results.get("machine", {})
-    version = str(m.get("postgresql", {}).get("version", "")).split(" on ")[0]
+    version = str(m.get("postgresql", {}).get("version", "")).split(" on ")[0].split(" (")[0]
     start = m.get("load_average_at_start") or [None]
     end = results.get("load_average_at_end") or [None]
     return (f"{m.get('cores')} cores, {version}, {results.get('started_at', '')}; "
