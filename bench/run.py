@@ -69,7 +69,7 @@ GOALS = {"b_over_a": (">=", 0.25), "d_over_c": (">=", 0.3), "f_scan_ratio": ("<=
          "b_over_pgqueuer_single": (">=", 0.7), "d_over_pgqueuer_batched": (">=", 0.6),
          "g_over_pgqueuer_consume": (">=", 1.3)}
 
-# The comparison with PgQueuer, measure by measure: each side's result
+# The comparison with PgQueuer: per measure, the result each side's figure comes from
 COMPARED = {
     "publish_single": {"raw": "a_raw_single_insert", "txmsg": "b_txmsg_send_commit",
                        "pgqueuer": "p_pgqueuer_publish_single"},
@@ -209,7 +209,7 @@ def _phases(plan: Plan, admin: str, db: str, pgq_db: str, results: dict[str, Any
             secured = serve_with_access_control(db)
     except Exception as exc:  # noqa: BLE001
         results["errors"]["serve_with_access_control"] = f"{type(exc).__name__}: {exc}"
-    rates: dict[str, float] = {}  # the last round's (d) and (g): how much backlog (g) needs
+    rates: dict[str, float] = {}  # the last round's (d), (g), PgQueuer's consume: the backlogs
 
     def measured(key: str, fn: Callable[[], dict[str, Any]]) -> Callable[[], dict[str, Any]]:
         def run() -> dict[str, Any]:
