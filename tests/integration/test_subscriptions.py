@@ -134,6 +134,28 @@ def test_nack_redelivers_after_the_delay_or_the_backoff(client: Any, clock: Cloc
     assert post(client, "nack", {"offsets": [5]}) == {"nacked": 0}  # never delivered
 
 
+class _Recorder:
+    def __init__(self) -> None:
+        self.later: list[tuple[tuple[str, ...], float]] = []
+
+    def notify_later(self, topics: Any, delay_seconds: float) -> None:
+        self.later.append((tuple(topics), delay_seconds))
+
+
+def test_a_nack_wakes_waiting_receives_when_its_delay_runs_out(app: Any, client: Any,
+                                                              clock: Clock) -> None:
+    register(client)
+    create(client, initial_position="earliest", redelivery_backoff={"min_ms": 700})
+    commit(client, 2)
+    assert offsets(receive(client)) == [0, 1]
+    signal: Any = _Recorder()
+    subs = domain.Subscriptions(app.extensions["txmsg"].engine, 1 << 20, signal)
+    assert subs.nack("t", "s", [0], 250) == 1
+    assert subs.nack("t", "s", [1], None) == 1  # the backoff of redelivery count 0
+    assert subs.nack("t", "s", [0, 1], 5) == 0  # no longer leased: nothing comes due
+    assert signal.later == [(("t",), 0.25), (("t",), 0.7)]
+
+
 def test_a_lease_that_times_out_is_redelivered_and_renew_extends_it(
         client: Any, clock: Clock) -> None:
     register(client)
@@ -152,7 +174,7 @@ def test_a_lease_that_times_out_is_redelivered_and_renew_extends_it(
     assert post(client, "renew", {"offsets": [0]}) == {"renewed": 0}  # no longer held
 
 
-@pytest.mark.parametrize(("min_ms", "max_ms", "backoff"), [(1000, 3000, 1000), (4000, 2000, 2000)])
+@pytest.mark.parametrize(("min_ms", "max_ms", "backoff"), [(1000, 3000, 1000), (2000, 2000, 2000)])
 def test_a_first_lease_that_runs_out_waits_for_the_backoff(
         client: Any, clock: Clock, min_ms: int, max_ms: int, backoff: int) -> None:
     """A message received once and never acknowledged comes back after the ack timeout
@@ -229,6 +251,36 @@ def test_initial_position_latest_and_seek(client: Any, clock: Clock) -> None:
     assert receive(client) == []
 
 
+@pytest.mark.parametrize("past", [4, 2**63 - 1])
+def test_a_seek_takes_offsets_up_to_the_topics_next_offset(client: Any, past: int) -> None:
+    """Past the topic's next offset is refused (every later receive would count from
+    there); at it, receives of any size go on, and what comes later is delivered."""
+    register(client)
+    commit(client, 3)
+    create(client, initial_position="earliest")
+    for offset, code in ((past, "offset_out_of_range"), (-1, "out_of_range")):
+        r = client.post(f"{SUBS}/s/seek", json={"offset": offset})
+        assert (r.status_code, r.json["code"]) == (400, code), r.json
+    assert offsets(receive(client, 1000)) == [0, 1, 2]
+    body = post(client, "seek", {"offset": 3})
+    assert (body["ack_cursor"], body["backlog"], body["in_flight"]) == (3, 0, 0)
+    assert receive(client, 1000) == []
+    commit(client, 2)
+    assert offsets(receive(client, 1000)) == [3, 4]
+    assert offsets(receive(client, 1000)) == []
+    body = post(client, "seek", {"offset": 0})
+    assert offsets(receive(client, 1000)) == [0, 1, 2, 3, 4]
+
+
+def test_a_seek_on_an_empty_topic_takes_only_zero(client: Any) -> None:
+    create(client)
+    r = client.post(f"{SUBS}/s/seek", json={"offset": 1})
+    assert (r.status_code, r.json["code"], r.json["next_offset"]) == (
+        400, "offset_out_of_range", 0)
+    assert post(client, "seek", {"offset": 0})["ack_cursor"] == 0
+    assert receive(client, 1000) == []
+
+
 def test_delayed_messages_wait_for_their_time(client: Any, clock: Clock) -> None:
     register(client)
     create(client, initial_position="earliest")
@@ -271,6 +323,10 @@ def test_a_receive_holds_at_most_the_byte_budget(database_url: str) -> None:
     ("put", f"{SUBS}/s", {"max_redeliveries": -1}, 400, "out_of_range"),
     ("put", f"{SUBS}/s", {"redelivery_backoff": {"min_ms": 3_600_001}}, 400, "out_of_range"),
     ("put", f"{SUBS}/s", {"redelivery_backoff": {"max_ms": -1}}, 400, "out_of_range"),
+    ("put", f"{SUBS}/s", {"redelivery_backoff": {"min_ms": 2001, "max_ms": 2000}}, 400,
+     "invalid_backoff"),
+    ("put", f"{SUBS}/s", {"redelivery_backoff": {"min_ms": 60001}}, 400, "invalid_backoff"),
+    ("put", f"{SUBS}/s", {"dead_letter_topic": "t"}, 400, "invalid_dead_letter_topic"),
     ("put", f"{SUBS}/s", {"initial_position": "middle"}, 400, "invalid_value"),
     ("put", f"{SUBS}/s", {"dead_letter_topic": "RMQ_SYS_X"}, 400, "reserved_topic"),
     ("put", f"{SUBS}/s", {"dead_letter_topic": "a b"}, 400, "invalid_topic"),
@@ -288,6 +344,9 @@ def test_a_receive_holds_at_most_the_byte_budget(database_url: str) -> None:
     ("post", f"{SUBS}/s/ack", {}, 400, "missing_field"),
     ("post", f"{SUBS}/s/nack", {"offsets": [1], "delay_ms": -1}, 400, "out_of_range"),
     ("post", f"{SUBS}/s/seek", {"offset": -1}, 400, "out_of_range"),
+    ("post", f"{SUBS}/s/seek", {"offset": 2**63}, 400, "out_of_range"),
+    ("post", f"{SUBS}/s/seek", {"offset": 2**63 - 1}, 400, "offset_out_of_range"),
+    ("post", f"{SUBS}/s/seek", {"offset": 1}, 400, "offset_out_of_range"),
     ("post", f"{SUBS}/nope/seek", {"offset": 1}, 404, "subscription_not_found"),
     ("get", f"{SUBS}?limit=0", None, 400, "invalid_query_parameter"),
 ])
