@@ -38,6 +38,7 @@ from app.domain.names import (
     SYSTEM_TOPIC_PREFIX,
     TopicName,
     is_valid_name,
+    new_message_id,
 )
 from app.domain.wakeups import TopicSignal
 from app.errors import Conflict, InvalidRequest, NotFound
@@ -455,7 +456,8 @@ def message_fields(row: AnyRow) -> dict[str, Any]:
 def _dead_letter(conn: Connection, sub: AnyRow, deliveries: dict[int, int], cursor: int,
                  read: int, now: datetime) -> int:
     """Append the messages at these offsets (with their deliveries) to the dead-letter
-    topic and acknowledge them; the cursor moved over them."""
+    topic, each a new message with its own id, and acknowledge them; the cursor moved
+    over them."""
     offsets = sorted(deliveries)
     rows = store.messages(conn, sub.topic, offsets)
     appended = []
@@ -464,7 +466,7 @@ def _dead_letter(conn: Connection, sub: AnyRow, deliveries: dict[int, int], curs
         props.update(REAL_TOPIC=sub.topic, ORIGIN_SUBSCRIPTION=sub.name,
                      ORIGIN_OFFSET=str(r.queue_offset), ORIGIN_MESSAGE_ID=r.message_id,
                      REDELIVERY_COUNT=str(deliveries[r.queue_offset] - 1))
-        appended.append({"half_message_id": r.half_message_id,
+        appended.append({"half_message_id": r.half_message_id, "message_id": new_message_id(),
                          "properties": orjson.dumps(props).decode(), "committed_at": now})
     if appended:
         store.append(conn, sub.dead_letter_topic, appended)

@@ -51,6 +51,7 @@ from app.storage.schema import (
     AnyRow,
     UTCDateTime,
     half_message,
+    logged_message_id,
     message_log,
     subscription,
     subscription_offset,
@@ -184,7 +185,7 @@ def messages(conn: Connection, topic: str, offsets: Sequence[int]) -> list[AnyRo
                message_log.c.half_message_id,
                func.coalesce(message_log.c.properties, half_message.c.properties)
                .label("properties"),
-               half_message.c.message_id, half_message.c["keys"], half_message.c.tag,
+               logged_message_id(), half_message.c["keys"], half_message.c.tag,
                half_message.c.body, half_message.c.body_is_text, half_message.c.created_at,
                txn.c.transaction_id, txn.c.producer_group)
         .join(half_message, half_message.c.id == message_log.c.half_message_id)
@@ -258,7 +259,8 @@ WITH sub AS (
     FROM plain, LATERAL (
         SELECT m.queue_offset, m.deliver_at > :now AS delayed, m.committed_at,
                m.half_message_id, COALESCE(m.properties, h.properties) AS properties,
-               h.message_id, h.keys, h.tag, h.body, h.body_is_text, h.created_at,
+               COALESCE(m.message_id, h.message_id) AS message_id, h.keys, h.tag, h.body,
+               h.body_is_text, h.created_at,
                t.transaction_id, t.producer_group
         FROM message_log m JOIN half_message h ON h.id = m.half_message_id
         JOIN txn t ON t.id = h.txn_id
@@ -472,9 +474,9 @@ def drop_below(conn: Connection, sub_id: int, offset: int) -> None:
 
 
 def append(conn: Connection, topic: str, rows: Sequence[Mapping[str, Any]]) -> int:
-    """Append committed log rows (half_message_id, properties, committed_at) to ``topic``
-    at the next offsets, taken from its counter (locked until this transaction ends, as
-    a commit does); the first offset taken."""
+    """Append committed log rows (half_message_id, message_id, properties, committed_at) to
+    ``topic`` at the next offsets, taken from its counter (locked until this transaction
+    ends, as a commit does); the first offset taken."""
     n = len(rows)
     stmt = _insert(conn)(topic_offset).values(topic=topic, next_offset=n)
     stmt = stmt.on_conflict_do_update(

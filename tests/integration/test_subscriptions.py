@@ -215,13 +215,22 @@ def test_dead_letters_after_one_plus_max_redeliveries(client: Any, clock: Clock)
                                      "ORIGIN_OFFSET": "0",
                                      "ORIGIN_MESSAGE_ID": original["message_id"],
                                      "REDELIVERY_COUNT": "2"}
+    # a new message: its own id, by which it is found; the original keeps its own
+    copy = dead[0]["message_id"]
+    assert copy != original["message_id"] and len(copy) == len(original["message_id"])
+    found = client.get(f"/v1/messages/{copy}").json
+    assert (found["message_id"], found["topic"], found["offset"], found["body"]) == (
+        copy, "t-s-DLQ", 0, "m0")
+    assert found["properties"]["ORIGIN_MESSAGE_ID"] == original["message_id"]
+    assert client.get(f"/v1/messages/{original['message_id']}").json["topic"] == "t"
     assert receive(client) == []
     assert len(client.get("/v1/topics/t-s-DLQ/messages").json["messages"]) == 1
     assert metrics.REDELIVERIES.labels("t", "s")._value.get() - redelivered == 2
     assert metrics.DEAD_LETTERS.labels("t", "s")._value.get() - dead_lettered == 1
-    # a dead-letter topic is an ordinary topic: subscribable
+    # a dead-letter topic is an ordinary topic: subscribable, its messages as read
     create(client, "d", topic="t-s-DLQ", initial_position="earliest")
-    assert offsets(receive(client, name="d", topic="t-s-DLQ")) == [0]
+    got = receive(client, name="d", topic="t-s-DLQ")
+    assert offsets(got) == [0] and got[0]["message_id"] == copy
 
 
 def test_max_redeliveries_zero_dead_letters_after_one_delivery(client: Any, clock: Clock) -> None:
