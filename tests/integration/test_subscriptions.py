@@ -281,6 +281,21 @@ def test_a_seek_takes_offsets_up_to_the_topics_next_offset(client: Any, past: in
     assert offsets(receive(client, 1000)) == [0, 1, 2, 3, 4]
 
 
+def test_a_cursor_left_at_the_last_int64_answers_receives(app: Any, client: Any) -> None:
+    """A subscription a seek left at 2**63-1 before seeks were bounded: receives of any
+    size answer (nothing), none of their sums reaches the database past its integers."""
+    register(client)
+    commit(client, 2)
+    create(client, initial_position="earliest")
+    with app.extensions["txmsg"].engine.begin() as conn:
+        conn.execute(subscription.update().values(ack_cursor=2**63 - 1, read_offset=2**63 - 1))
+    for n in (1, 1000):
+        assert receive(client, n) == []
+    assert describe(client)["backlog"] == 0
+    post(client, "seek", {"offset": 0})
+    assert offsets(receive(client, 1000)) == [0, 1]
+
+
 def test_a_seek_on_an_empty_topic_takes_only_zero(client: Any) -> None:
     create(client)
     r = client.post(f"{SUBS}/s/seek", json={"offset": 1})
