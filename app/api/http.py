@@ -9,6 +9,7 @@ import orjson
 from flask import Flask, Response, current_app, request
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
+from app.domain.limits import MAX_INT64
 from app.errors import ApiError, InvalidRequest
 
 PROBLEM_TYPE = "urn:txmsg:problem:"
@@ -16,7 +17,6 @@ PROBLEM_MEDIA_TYPE = "application/problem+json"
 _ORJSON_OPTIONS = orjson.OPT_UTC_Z | orjson.OPT_NAIVE_UTC
 # plain decimal digits only (int() would also take "1_0", " 7" or other scripts' digits)
 _INT_RE = re.compile(r"-?[0-9]{1,19}")
-MAX_INT64 = 2**63 - 1  # a larger offset or cursor overflows the database's integers
 
 
 def dump_json(body: Any) -> bytes:

@@ -27,7 +27,7 @@ from pydantic.json_schema import GenerateJsonSchema, JsonSchemaMode
 
 from app.api.access import ADMIN_ONLY, BEARER
 from app.api.bodies import SMALL_BODY_BYTES
-from app.api.http import MAX_INT64, PROBLEM_MEDIA_TYPE
+from app.api.http import PROBLEM_MEDIA_TYPE
 from app.api.schemas import (
     Acked,
     CheckRequest,
@@ -54,6 +54,7 @@ from app.api.schemas import (
     Transaction,
     TransactionList,
 )
+from app.domain.limits import MAX_INT64
 from app.domain.messages import (
     ProducerGroupIn,
     SingleMessageTransactionIn,
@@ -399,7 +400,8 @@ class _Builder:
                     "Create a subscription (201) or change its settings (200)",
                     {"201": self.answer(Subscription, "Created."),
                      "200": self.answer(Subscription, "Updated (initial_position ignored).")},
-                    {"400": f"{names}, {_BODY_CODES}, invalid_dead_letter_topic",
+                    {"400": f"{names}, {_BODY_CODES}, invalid_dead_letter_topic, "
+                            "invalid_backoff",
                      "413": "payload_too_large", **_DB},
                     body=SubscriptionIn, body_required=False,
                     examples={"defaults": {}, "from_the_start": {
@@ -429,7 +431,8 @@ class _Builder:
                                    Renewed, OffsetsIn, ", invalid_offset"),
             f"{one}/seek": action(
                 "seek", "Acknowledge every offset below `offset`, none from it on; leases "
-                "dropped", Subscription, SeekIn, examples={"replay": {"offset": 0}}),
+                "dropped", Subscription, SeekIn, ", offset_out_of_range",
+                examples={"replay": {"offset": 0}}),
         }
 
     def secured(self, paths: dict[str, Any]) -> dict[str, Any]:

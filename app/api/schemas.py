@@ -15,7 +15,7 @@ from typing import Annotated, Literal, NotRequired
 from pydantic import ConfigDict, Field, with_config
 from typing_extensions import TypedDict  # pydantic needs this one before Python 3.12
 
-from app.api.http import MAX_INT64
+from app.domain.limits import MAX_INT64
 from app.domain.messages import MAX_CHECK_URLS, Body, BodyBase64, CallbackUrl, Keys, Properties, Tag
 from app.domain.names import DISCARD_TOPIC, NAME_PATTERN, GroupName, TopicName, TransactionId
 from app.domain.tokens import Scope, TokenId

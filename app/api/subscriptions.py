@@ -13,7 +13,7 @@ from typing import Any
 from flask import Blueprint, Response, request
 
 from app import tracing
-from app.api.access import requires
+from app.api.access import Access, authorize, current_principal, requires
 from app.api.http import (
     json_body,
     json_response,
@@ -75,12 +75,20 @@ def ack_once(app_state: Any, topic: str, subscription: str, offsets: list[int],
 @bp.put("/<subscription>")
 @requires(CONSUME, "topic")
 def put_subscription(topic: str, subscription: str) -> Response:
-    """Create a subscription (201) or change its settings (200)."""
+    """Create a subscription (201) or change its settings (200). A dead-letter topic other
+    than the default is written to by the subscription: it needs consume on that topic
+    too (403)."""
     check_names(topic, subscription)
     raw = request_body()
-    body, created = state().subscriptions.put(
-        topic, subscription, parse_body(subs.SubscriptionIn, parse_json(raw) if raw else {}))
+    req = parse_body(subs.SubscriptionIn, parse_json(raw) if raw else {})
+    if subs.names_other_dead_letter_topic(topic, subscription, req):
+        authorize(_CONSUME_DEAD_LETTER_TOPIC, current_principal(),
+                  {"dead_letter_topic": req.dead_letter_topic})
+    body, created = state().subscriptions.put(topic, subscription, req)
     return json_response(body, 201 if created else 200)
+
+
+_CONSUME_DEAD_LETTER_TOPIC = Access(action=CONSUME, param="dead_letter_topic")
 
 
 @bp.get("/<subscription>")

@@ -8,7 +8,6 @@ and ``apply_finishes`` each handle a whole batch of requests inside one transact
 from __future__ import annotations
 
 import asyncio
-import os
 from collections import Counter as Tally
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -23,7 +22,7 @@ from app.config import Settings
 from app.domain import spans, states, subscriptions
 from app.domain.callback_policy import CallbackPolicy
 from app.domain.messages import TransactionIn
-from app.domain.names import DISCARD_TOPIC
+from app.domain.names import DISCARD_TOPIC, new_message_id
 from app.domain.states import Outcome
 from app.domain.trace_context import TraceContext
 from app.domain.wakeups import TopicSignal
@@ -37,11 +36,6 @@ from app.vocabulary import RESOLVED, Op, State
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
-
-
-def new_message_id() -> str:
-    """128 random bits in upper-case hex (as a UUID4's hex, without building the object)."""
-    return os.urandom(16).hex().upper()
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ import base64
 import binascii
 import functools
 import hashlib
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated, Any, TypeVar
 
 import orjson
@@ -28,6 +28,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from app.domain.callback_policy import CallbackPolicy, CallbackUrlError
+from app.domain.limits import MAX_DELAY_MS, MAX_INT64, latest_delivery
 from app.domain.names import (
     DISCARD_TOPIC,
     NAME_PATTERN,
@@ -45,9 +46,7 @@ MAX_PROPERTIES = 128
 MAX_PROPERTIES_BYTES = 16 * 1024
 MAX_KEYS = 128
 MAX_CHECK_URLS = 16
-MAX_DELIVER_AFTER_MS = 864_000_000  # ten days
 MAX_ACK_OFFSETS = 1000
-MAX_OFFSET = 2**63 - 1
 # a message's W3C trace context (app.domain.trace_context): not part of a send's identity
 TRACEPARENT = "traceparent"
 TRACESTATE = "tracestate"
@@ -102,13 +101,13 @@ class MessageIn(BaseModel):
     keys: Keys = Field(default_factory=list)
     tag: Tag = None
     properties: Properties = Field(default_factory=dict)
-    deliver_after_ms: StrictInt | None = Field(None, ge=0, le=MAX_DELIVER_AFTER_MS, description=(
+    deliver_after_ms: StrictInt | None = Field(None, ge=0, le=MAX_DELAY_MS, description=(
         "Delayed delivery: subscriptions do not deliver the message before this many "
         "milliseconds after its commit (offset reads show it at once). Not with `deliver_at`."))
     deliver_at: datetime | None = Field(None, description=(
         "Delayed delivery: subscriptions do not deliver the message before this time "
-        "(RFC 3339 with an offset; offset reads show it at once). Not with "
-        "`deliver_after_ms`."))
+        "(RFC 3339 with an offset; offset reads show it at once), at most ten days ahead "
+        "(as `deliver_after_ms`; else `out_of_range`). Not with `deliver_after_ms`."))
 
     @field_validator("deliver_at", mode="before")
     @classmethod
@@ -125,6 +124,14 @@ class MessageIn(BaseModel):
                           f"deliver_at {value[:64]!r} is not an RFC 3339 time") from None
         if when.tzinfo is None:
             raise _custom("invalid_deliver_at", "deliver_at needs a UTC offset (or Z)")
+        try:
+            utc = when.astimezone(UTC)  # as it is stored
+        except OverflowError:  # the year 1 or 9999 moved past the calendar's end
+            raise _custom("invalid_deliver_at",
+                          f"deliver_at {value[:64]!r} is out of the calendar") from None
+        if utc > latest_delivery(datetime.now(UTC)):
+            raise _custom("out_of_range", f"deliver_at is at most {MAX_DELAY_MS // 86_400_000} "
+                          "days ahead (as deliver_after_ms)")
         return when
 
     @field_validator("topic")
@@ -223,8 +230,8 @@ class AckIn(BaseModel):
     @field_validator("offsets")
     @classmethod
     def _offsets(cls, offsets: list[int]) -> list[int]:
-        if any(o < 0 or o > MAX_OFFSET for o in offsets):
-            raise _custom("invalid_offset", f"offsets are integers 0..{MAX_OFFSET}")
+        if any(o < 0 or o > MAX_INT64 for o in offsets):
+            raise _custom("invalid_offset", f"offsets are integers 0..{MAX_INT64}")
         return offsets
 
 

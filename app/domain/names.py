@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Annotated
 
@@ -65,3 +66,9 @@ def check_message_id(message_id: str) -> str:
     if not is_valid_transaction_id(message_id):  # same shape: no server id can fail it
         raise InvalidRequest(f"message id {message_id!r} is malformed", code="invalid_message_id")
     return message_id
+
+
+def new_message_id() -> str:
+    """128 random bits in upper-case hex (as a UUID4's hex, without building the object):
+    a message's id, or a transaction's when its send gives none."""
+    return os.urandom(16).hex().upper()

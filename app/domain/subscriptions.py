@@ -26,17 +26,19 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 from sqlalchemy import Connection, Engine
 
 from app import metrics
+from app.domain.limits import MAX_DELAY_MS, MAX_INT64, offset_plus
 from app.domain.names import (
     DISCARD_TOPIC,
     NAME_PATTERN,
     SYSTEM_TOPIC_PREFIX,
     TopicName,
     is_valid_name,
+    new_message_id,
 )
 from app.domain.wakeups import TopicSignal
 from app.errors import Conflict, InvalidRequest, NotFound
@@ -50,12 +52,10 @@ from app.storage.db import (
 from app.storage.schema import AnyRow
 from app.vocabulary import Op
 
-MAX_INT64 = 2**63 - 1
 MAX_BACKOFF_MS = 3_600_000
 MAX_RECEIVE = 1000
 MAX_WAIT_MS = 30_000
 MAX_OFFSETS = 1000
-MAX_DELAY_MS = 864_000_000
 # rows a receive looks at past the read offset at most (delayed messages it steps over)
 _SCAN_ROWS = 10_000
 _DEAD_LETTERS_PER_RECEIVE = 1000
@@ -75,7 +75,15 @@ class BackoffIn(BaseModel):
     model_config = _STRICT
 
     min_ms: StrictInt = Field(1000, ge=0, le=MAX_BACKOFF_MS)
-    max_ms: StrictInt = Field(60000, ge=0, le=MAX_BACKOFF_MS)
+    max_ms: StrictInt = Field(60000, ge=0, le=MAX_BACKOFF_MS, description=(
+        "At least `min_ms` (else `invalid_backoff`)."))
+
+    @model_validator(mode="after")
+    def _ordered(self) -> BackoffIn:
+        if self.min_ms > self.max_ms:
+            raise _custom("invalid_backoff", f"redelivery_backoff.min_ms ({self.min_ms}) is "
+                          f"more than max_ms ({self.max_ms})")
+        return self
 
 
 class SubscriptionIn(BaseModel):
@@ -93,7 +101,9 @@ class SubscriptionIn(BaseModel):
         "dead-letter topic."))
     redelivery_backoff: BackoffIn = Field(default_factory=BackoffIn)
     dead_letter_topic: TopicName | None = Field(None, description=(
-        "Default: `<topic>-<subscription>-DLQ` (when that name is valid)."))
+        "Default: `<topic>-<subscription>-DLQ` (when that name is valid). Not the "
+        "subscription's own topic (`invalid_dead_letter_topic`); another one than the "
+        "default needs consume on it (403 `forbidden`)."))
 
     @field_validator("dead_letter_topic")
     @classmethod
@@ -139,7 +149,8 @@ class SeekIn(BaseModel):
     model_config = _STRICT
 
     offset: StrictInt = Field(ge=0, le=MAX_INT64, description=(
-        "Every offset below it is acknowledged, every one from it on is not."))
+        "Every offset below it is acknowledged, every one from it on is not. At most the "
+        "topic's `next_offset` (else `offset_out_of_range`)."))
 
 
 # -- names --------------------------------------------------------------------------------
@@ -154,6 +165,23 @@ def check_subscription_name(name: str) -> str:
 
 def default_dead_letter_topic(topic: str, name: str) -> str:
     return f"{topic}-{name}-DLQ"
+
+
+def dead_letter_topic(topic: str, name: str, request: SubscriptionIn) -> str:
+    """The dead-letter topic the request names, or the default; never the subscription's
+    own topic (its dead letters would come back to it)."""
+    dead_letter = request.dead_letter_topic or default_dead_letter_topic(topic, name)
+    if dead_letter == topic:
+        raise InvalidRequest(f"dead_letter_topic {topic!r} is the subscription's own topic",
+                             code="invalid_dead_letter_topic")
+    return dead_letter
+
+
+def names_other_dead_letter_topic(topic: str, name: str, request: SubscriptionIn) -> bool:
+    """Whether the request names a dead-letter topic other than the default: one the
+    subscription writes into, which the caller must be allowed to consume."""
+    given = request.dead_letter_topic
+    return given is not None and given != default_dead_letter_topic(topic, name)
 
 
 def backoff_ms(min_ms: int, max_ms: int, redelivery_count: int) -> int:
@@ -208,7 +236,7 @@ def _not_found(topic: str, name: str) -> NotFound:
 def put(engine: Engine, topic: str, name: str, request: SubscriptionIn
         ) -> tuple[dict[str, Any], bool]:
     """Create a subscription (True) or change its settings (False); its description."""
-    dead_letter = request.dead_letter_topic or default_dead_letter_topic(topic, name)
+    dead_letter = dead_letter_topic(topic, name, request)
     if request.dead_letter_topic is None and not is_valid_name(dead_letter):
         raise InvalidRequest(
             f"the default dead-letter topic {dead_letter[:200]!r} would break the name rule "
@@ -313,7 +341,8 @@ def receive(engine: Engine, topic: str, name: str, max_messages: int,
 def _first_deliveries(engine: Engine, topic: str, name: str, max_messages: int,
                       max_bytes: int) -> Received | None:
     with store.each_statement_alone(engine) as conn:
-        rows = store.first_deliveries(conn, topic, name, utcnow(), max_messages, max_bytes)
+        rows = store.first_deliveries(conn, topic, name, utcnow(), max_messages, max_bytes,
+                                      max_offset=MAX_INT64)
     if rows is None:
         return None
     return Received([{**message_fields(r), "redelivery_count": 0} for r in rows])
@@ -367,7 +396,7 @@ def _lease(conn: Connection, sub: AnyRow, max_messages: int, max_bytes: int) -> 
     scanned = 0
     while not full and len(picked) < max_messages and scanned < _SCAN_ROWS:
         window = max_messages - len(picked)
-        batch = store.scan(conn, topic, read, window)
+        batch = store.scan(conn, topic, read, offset_plus(read, window))
         if not batch:
             break
         scanned += len(batch)
@@ -420,7 +449,8 @@ def message_fields(row: AnyRow) -> dict[str, Any]:
 def _dead_letter(conn: Connection, sub: AnyRow, deliveries: dict[int, int], cursor: int,
                  read: int, now: datetime) -> int:
     """Append the messages at these offsets (with their deliveries) to the dead-letter
-    topic and acknowledge them; the cursor moved over them."""
+    topic, each a new message with its own id, and acknowledge them; the cursor moved
+    over them."""
     offsets = sorted(deliveries)
     rows = store.messages(conn, sub.topic, offsets)
     appended = []
@@ -429,7 +459,7 @@ def _dead_letter(conn: Connection, sub: AnyRow, deliveries: dict[int, int], curs
         props.update(REAL_TOPIC=sub.topic, ORIGIN_SUBSCRIPTION=sub.name,
                      ORIGIN_OFFSET=str(r.queue_offset), ORIGIN_MESSAGE_ID=r.message_id,
                      REDELIVERY_COUNT=str(deliveries[r.queue_offset] - 1))
-        appended.append({"half_message_id": r.half_message_id,
+        appended.append({"half_message_id": r.half_message_id, "message_id": new_message_id(),
                          "properties": orjson.dumps(props).decode(), "committed_at": now})
     if appended:
         store.append(conn, sub.dead_letter_topic, appended)
@@ -474,21 +504,29 @@ def _advance_unless_busy(engine: Engine, sub_id: int) -> None:
             commit_without_flush(conn)
 
 
+@dataclass(frozen=True)
+class Nacked:
+    count: int
+    soonest: timedelta | None  # from now until the first of them is deliverable again
+
+
 def nack(engine: Engine, topic: str, name: str, offsets: Sequence[int],
-         delay_ms: int | None) -> int:
-    """Give leased messages back, deliverable after ``delay_ms`` or the backoff; how many."""
+         delay_ms: int | None) -> Nacked:
+    """Give leased messages back, deliverable after ``delay_ms`` or the backoff."""
     now = utcnow()
     with write_transaction(engine) as conn:
         sub = _found(conn, topic, name)
         changes = []
+        waits = []
         for r in store.rows_at(conn, sub.id, offsets):
             if r.held_by is not None or r.leased_until is None or r.leased_until <= now:
                 continue
             wait = (timedelta(milliseconds=delay_ms) if delay_ms is not None
                     else _backoff(sub, r.deliveries - 1))
             changes.append((r.queue_offset, None, now + wait))
+            waits.append(wait)
         store.reschedule(conn, sub.id, changes)
-        return len(changes)
+        return Nacked(len(changes), min(waits, default=None))
 
 
 def renew(engine: Engine, topic: str, name: str, offsets: Sequence[int]) -> int:
@@ -511,6 +549,10 @@ def seek(engine: Engine, topic: str, name: str, offset: int) -> dict[str, Any]:
     or discard releases them for delivery."""
     with write_transaction(engine) as conn:
         sub = _locked(conn, topic, name)
+        _, nxt = store.topic_ends(conn, topic)
+        if offset > nxt:
+            raise InvalidRequest(f"offset {offset} is past the topic's next offset {nxt}",
+                                 code="offset_out_of_range", next_offset=nxt)
         store.reset(conn, sub.id, topic, offset, utcnow())
         return _describe(conn, _found(conn, topic, name), utcnow())
 
@@ -550,10 +592,12 @@ class Subscriptions:
         return ack(self.engine, topic, name, offsets)
 
     def nack(self, topic: str, name: str, offsets: Sequence[int], delay_ms: int | None) -> int:
-        n = nack(self.engine, topic, name, offsets, delay_ms)
-        if n and delay_ms == 0:
-            self.signal.notify((topic,))
-        return n
+        """The receives waiting on the topic are woken when the first of these is
+        deliverable again (at once for no delay), not at their next probe."""
+        nacked = nack(self.engine, topic, name, offsets, delay_ms)
+        if nacked.soonest is not None:
+            self.signal.notify_later((topic,), nacked.soonest.total_seconds())
+        return nacked.count
 
     def renew(self, topic: str, name: str, offsets: Sequence[int]) -> int:
         return renew(self.engine, topic, name, offsets)

@@ -9,6 +9,8 @@ What wakes a receive, each counted in ``txmsg_wakeups_total`` by its ``source``:
   other processes as a PostgreSQL notification (``app.storage.notices``).
 - ``notify``: a commit of another process (another ``txmsg serve`` or web worker, the
   checker, ``txmsg commit``), from such a notification; not relayed again.
+- ``local`` too: a nack's delay (or backoff) running out, by a timer of this process
+  (``notify_later``), so that a waiting receive gets the message on time.
 - ``probe``: what no commit signals (delayed messages coming due, leases running out)
   and any notification lost (the database restarting, a listener reconnecting), found
   by a probe per subscription with receives waiting (``app.api.longpoll``): a waiting
@@ -20,7 +22,10 @@ On SQLite there are no notifications: its writers are one process.
 from __future__ import annotations
 
 import asyncio
+import heapq
+import itertools
 import threading
+import time
 from collections.abc import Callable, Iterable
 
 from app import metrics
@@ -42,6 +47,11 @@ class TopicSignal:
         self._futures: dict[str, list[tuple[asyncio.AbstractEventLoop,
                                              asyncio.Future[str]]]] = {}
         self._relay: Callable[[Iterable[str]], None] | None = None
+        # notify_later's timers: (monotonic due time, tie-breaker, topics), soonest first
+        self._timers: list[tuple[float, int, tuple[str, ...]]] = []
+        self._timer_ids = itertools.count()
+        self._timer_set = threading.Condition(self._lock)
+        self._timer_thread: threading.Thread | None = None
 
     def relay_to(self, publish: Callable[[Iterable[str]], None]) -> None:
         """Hand the topics of this process's own notifies to ``publish`` too (for the
@@ -80,6 +90,31 @@ class TopicSignal:
                 pass
         if source == LOCAL and self._relay is not None and topics:
             self._relay(topics)
+
+    def notify_later(self, topics: Iterable[str], delay_seconds: float) -> None:
+        """``notify`` (``LOCAL``) after ``delay_seconds`` (at once if not positive), from
+        one timer thread per signal, started on first use."""
+        topics = tuple(topics)
+        if delay_seconds <= 0:
+            self.notify(topics)
+            return
+        with self._lock:
+            heapq.heappush(self._timers, (time.monotonic() + delay_seconds,
+                                          next(self._timer_ids), topics))
+            if self._timer_thread is None:
+                self._timer_thread = threading.Thread(target=self._run_timers, daemon=True,
+                                                      name="txmsg-wakeup-timers")
+                self._timer_thread.start()
+            self._timer_set.notify()
+
+    def _run_timers(self) -> None:
+        while True:
+            with self._lock:
+                while not self._timers or self._timers[0][0] > time.monotonic():
+                    self._timer_set.wait(self._timers[0][0] - time.monotonic()
+                                         if self._timers else None)
+                _, _, topics = heapq.heappop(self._timers)
+            self.notify(topics)
 
     def wait(self, topic: str, seen: int, timeout: float) -> None:
         """Block this thread until the topic's version moves past ``seen`` or ``timeout``."""

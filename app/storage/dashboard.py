@@ -20,6 +20,7 @@ from app.storage.schema import (
     AnyRow,
     check_log,
     half_message,
+    logged_message_id,
     message_log,
     op_log,
     producer_group,
@@ -27,6 +28,7 @@ from app.storage.schema import (
     topic_retention,
     txn,
 )
+from app.storage.topics import dead_letter_copy
 from app.vocabulary import State
 
 # a half message without its body: its size, and the first bytes when asked
@@ -189,7 +191,7 @@ def browse_topic(conn: Connection, topic: str, from_offset: int, limit: int,
         select(message_log.c.queue_offset, message_log.c.committed_at,
                func.coalesce(message_log.c.properties, half_message.c.properties)
                .label("properties"),
-               half_message.c.message_id, half_message.c["keys"], half_message.c.tag,
+               logged_message_id(), half_message.c["keys"], half_message.c.tag,
                half_message.c.body_is_text, half_message.c.created_at,
                func.length(half_message.c.body).label("size"),
                func.substr(half_message.c.body, 1, preview_bytes).label("preview"),
@@ -205,16 +207,17 @@ def browse_topic(conn: Connection, topic: str, from_offset: int, limit: int,
 def message(conn: Connection, message_id: str, preview_bytes: int) -> AnyRow | None:
     """One message with its transaction, its size and first ``preview_bytes`` bytes, and
     its place in the log once committed (``queue_offset``, NULL before)."""
+    preview = func.substr(half_message.c.body, 1, preview_bytes).label("preview")
     stmt = (
         select(*MESSAGE_COLUMNS, txn.c.transaction_id, txn.c.producer_group, txn.c.state,
-               func.substr(half_message.c.body, 1, preview_bytes).label("preview"),
-               message_log.c.queue_offset, message_log.c.committed_at)
+               preview, message_log.c.queue_offset, message_log.c.committed_at)
         .join(txn, txn.c.id == half_message.c.txn_id)
         .outerjoin(message_log, and_(message_log.c.half_message_id == half_message.c.id,
                                      message_log.c.topic == half_message.c.topic))
         .where(half_message.c.message_id == message_id)
     )
-    return conn.execute(stmt).first()
+    return conn.execute(stmt).first() or dead_letter_copy(conn, message_id,
+                                                           (*MESSAGE_COLUMNS, preview))
 
 
 def discard_entries(conn: Connection, message_ids: Sequence[str]) -> list[AnyRow]:

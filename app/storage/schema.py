@@ -67,6 +67,7 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
+    func,
     text,
 )
 from sqlalchemy.engine import Dialect
@@ -239,8 +240,19 @@ message_log = Table(
     Column("committed_at", UTCDateTime, nullable=False),
     # subscriptions do not deliver it before then (NULL: at once)
     Column("deliver_at", UTCDateTime, nullable=True),
+    # a dead-letter copy's own id (NULL: the half message's); see ``logged_message_id``
+    Column("message_id", String(32), nullable=True),
     Index("ix_message_log_half_message_id", "half_message_id"),
+    Index("ix_message_log_message_id", "message_id", unique=True,
+          postgresql_where=text("message_id IS NOT NULL"),
+          sqlite_where=text("message_id IS NOT NULL")),
 )
+
+
+def logged_message_id() -> Any:
+    """The id of a committed log row (joined to its half message): a dead-letter copy's
+    own, else its half message's."""
+    return func.coalesce(message_log.c.message_id, half_message.c.message_id).label("message_id")
 
 topic_offset = Table(
     "topic_offset",

@@ -55,6 +55,7 @@ from app.storage.schema import (
     AnyRow,
     UTCDateTime,
     half_message,
+    logged_message_id,
     message_log,
     subscription,
     subscription_offset,
@@ -161,21 +162,22 @@ def _locking(conn: Connection, stmt: Select[Any]) -> Select[Any]:
     return stmt.with_for_update(of=so) if is_pg(conn) else stmt
 
 
-def scan(conn: Connection, topic: str, from_offset: int, limit: int) -> list[AnyRow]:
-    """Committed messages of ``topic`` in ``[from_offset, from_offset + limit)``: offset,
-    deliverable time, size.
+def scan(conn: Connection, topic: str, from_offset: int, end: int) -> list[AnyRow]:
+    """Committed messages of ``topic`` in ``[from_offset, end)``: offset, deliverable time,
+    size.
 
-    Offsets are dense, so the range holds at most ``limit`` rows: bounded on both sides, it
-    is an index range scan whatever the statistics say. With only ``>= from_offset ...
-    LIMIT``, PostgreSQL without statistics of a fresh backlog joined and sorted all of it."""
-    return list(conn.execute(scan_statement(topic, from_offset, limit)))
+    Offsets are dense, so the range holds at most ``end - from_offset`` rows: bounded on
+    both sides, it is an index range scan whatever the statistics say. With only
+    ``>= from_offset ... LIMIT``, PostgreSQL without statistics of a fresh backlog joined
+    and sorted all of it."""
+    return list(conn.execute(scan_statement(topic, from_offset, end)))
 
 
-def scan_statement(topic: str, from_offset: int, limit: int) -> Select[Any]:
+def scan_statement(topic: str, from_offset: int, end: int) -> Select[Any]:
     return (select(message_log.c.queue_offset, message_log.c.deliver_at, _size())
             .join(half_message, half_message.c.id == message_log.c.half_message_id)
             .where(message_log.c.topic == topic, message_log.c.queue_offset >= from_offset,
-                   message_log.c.queue_offset < from_offset + limit)
+                   message_log.c.queue_offset < end)
             .order_by(message_log.c.queue_offset))
 
 
@@ -188,7 +190,7 @@ def messages(conn: Connection, topic: str, offsets: Sequence[int]) -> list[AnyRo
                message_log.c.half_message_id,
                func.coalesce(message_log.c.properties, half_message.c.properties)
                .label("properties"),
-               half_message.c.message_id, half_message.c["keys"], half_message.c.tag,
+               logged_message_id(), half_message.c["keys"], half_message.c.tag,
                half_message.c.body, half_message.c.body_is_text, half_message.c.created_at,
                txn.c.transaction_id, txn.c.producer_group)
         .join(half_message, half_message.c.id == message_log.c.half_message_id)
@@ -262,18 +264,19 @@ WITH sub AS (
     FROM plain, LATERAL (
         SELECT m.queue_offset, m.deliver_at > :now AS delayed, m.committed_at,
                m.half_message_id, COALESCE(m.properties, h.properties) AS properties,
-               h.message_id, h.keys, h.tag, h.body, h.body_is_text, h.created_at,
+               COALESCE(m.message_id, h.message_id) AS message_id, h.keys, h.tag, h.body,
+               h.body_is_text, h.created_at,
                t.transaction_id, t.producer_group
         FROM message_log m JOIN half_message h ON h.id = m.half_message_id
         JOIN txn t ON t.id = h.txn_id
         WHERE m.topic = :topic AND m.queue_offset >= plain.read_offset
-          AND m.queue_offset < plain.read_offset + :max_messages
+          AND m.queue_offset < LEAST(plain.read_offset, :max_offset - :max_messages)
+                               + :max_messages
         ORDER BY m.queue_offset LIMIT :max_messages) AS w
 ), picked AS (
     SELECT * FROM window_
     WHERE (used <= :max_bytes OR n = 1)
-      AND queue_offset < COALESCE((SELECT min(queue_offset) FROM window_ WHERE delayed),
-                                  9223372036854775807)
+      AND queue_offset < ALL (SELECT queue_offset FROM window_ WHERE delayed)
 ), leased AS (
     INSERT INTO subscription_offset
         (subscription_id, queue_offset, deliveries, leased_until, next_at, held_by)
@@ -317,7 +320,8 @@ def each_statement_alone(engine: Engine) -> Iterator[Connection]:
 
 
 def first_deliveries(conn: Connection, topic: str, name: str, now: datetime,
-                     max_messages: int, max_bytes: int) -> list[AnyRow] | None:
+                     max_messages: int, max_bytes: int, *, max_offset: int
+                     ) -> list[AnyRow] | None:
     """PostgreSQL, on an ``each_statement_alone`` connection: a receive's common case as one
     statement: when nothing is due to be delivered again or dead-lettered and retention
     moved nothing, lease the committed messages past the read offset (lowest first, up to
@@ -326,6 +330,7 @@ def first_deliveries(conn: Connection, topic: str, name: str, now: datetime,
     as ``messages`` does. The subscription is found by its name in the same statement.
     None when the case is not the common one or there is no such subscription (the caller
     takes the general way); an empty list when there is nothing to deliver.
+    ``max_offset``: the highest offset there can be, which bounds the window's end.
 
     The subscription row stays locked only while the server runs the statement: the
     general way's half-dozen statements keep it locked for as many round trips to a busy
@@ -342,7 +347,7 @@ def first_deliveries(conn: Connection, topic: str, name: str, now: datetime,
     may have rows the snapshot lacks: the cursor then stays for a later statement."""
     rows = conn.execute(_FIRST_DELIVERIES, {
         "topic": topic, "name": name, "now": now, "max_messages": max_messages,
-        "max_bytes": max_bytes}).all()
+        "max_bytes": max_bytes, "max_offset": max_offset}).all()
     head = rows[0]
     if not head.plain or (head.queue_offset is None and head.delayed):
         return None
@@ -498,9 +503,9 @@ def drop_below(conn: Connection, sub_id: int, offset: int) -> None:
 
 
 def append(conn: Connection, topic: str, rows: Sequence[Mapping[str, Any]]) -> int:
-    """Append committed log rows (half_message_id, properties, committed_at) to ``topic``
-    at the next offsets, taken from its counter (locked until this transaction ends, as
-    a commit does); the first offset taken."""
+    """Append committed log rows (half_message_id, message_id, properties, committed_at) to
+    ``topic`` at the next offsets, taken from its counter (locked until this transaction
+    ends, as a commit does); the first offset taken."""
     n = len(rows)
     stmt = _insert(conn)(topic_offset).values(topic=topic, next_offset=n)
     stmt = stmt.on_conflict_do_update(

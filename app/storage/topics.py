@@ -3,12 +3,20 @@ watermarks ingestion plans from."""
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
+from typing import Any
 
 from sqlalchemy import Connection, and_, column, func, or_, select, table
 
 from app.storage.reads import MESSAGE_COLUMNS
-from app.storage.schema import AnyRow, half_message, message_log, topic_offset, txn
+from app.storage.schema import (
+    AnyRow,
+    half_message,
+    logged_message_id,
+    message_log,
+    topic_offset,
+    txn,
+)
 
 # the view `txmsg ingest` reads (migrations define it): each topic's next offset and
 # lowest retained offset, read in one statement so they are consistent with each other
@@ -28,7 +36,7 @@ def read_topic(conn: Connection, topic: str, from_offset: int, limit: int,
     first = (
         select(message_log.c.queue_offset, message_log.c.committed_at,
                message_log.c.half_message_id, message_log.c.properties,
-               func.length(half_message.c.body).label("size"))
+               message_log.c.message_id, func.length(half_message.c.body).label("size"))
         .join(half_message, half_message.c.id == message_log.c.half_message_id)
         .where(message_log.c.topic == topic, message_log.c.queue_offset >= from_offset)
         .order_by(message_log.c.queue_offset)
@@ -42,7 +50,8 @@ def read_topic(conn: Connection, topic: str, from_offset: int, limit: int,
     stmt = (
         select(sized.c.queue_offset, sized.c.committed_at,
                func.coalesce(sized.c.properties, half_message.c.properties).label("properties"),
-               half_message.c.message_id, half_message.c["keys"], half_message.c.tag,
+               func.coalesce(sized.c.message_id, half_message.c.message_id).label("message_id"),
+               half_message.c["keys"], half_message.c.tag,
                half_message.c.body, half_message.c.body_is_text, half_message.c.created_at,
                txn.c.transaction_id, txn.c.producer_group)
         .select_from(sized)
@@ -67,6 +76,8 @@ def list_topics(conn: Connection, after: str, limit: int,
 
 
 def get_message(conn: Connection, message_id: str) -> AnyRow | None:
+    """A message by its id: a half message (with its place in the log once committed), or
+    a dead-letter copy (``dead_letter_copy``)."""
     stmt = (
         select(*MESSAGE_COLUMNS, txn.c.transaction_id, txn.c.producer_group,
                txn.c.state, message_log.c.queue_offset, message_log.c.committed_at)
@@ -74,6 +85,25 @@ def get_message(conn: Connection, message_id: str) -> AnyRow | None:
         .outerjoin(message_log, and_(message_log.c.half_message_id == half_message.c.id,
                                      message_log.c.topic == half_message.c.topic))
         .where(half_message.c.message_id == message_id)
+    )
+    return conn.execute(stmt).first() or dead_letter_copy(conn, message_id, MESSAGE_COLUMNS)
+
+
+def dead_letter_copy(conn: Connection, message_id: str, columns: Sequence[Any]
+                     ) -> AnyRow | None:
+    """The dead-letter copy with this id, in ``columns`` of its half message but for its
+    own id, topic and properties, with its transaction and its place in the log."""
+    own = {"message_id": logged_message_id(), "topic": message_log.c.topic,
+           "properties": func.coalesce(message_log.c.properties, half_message.c.properties)
+           .label("properties")}
+    stmt = (
+        select(*[own.get(c.name, c) for c in columns], txn.c.transaction_id,
+               txn.c.producer_group, txn.c.state, message_log.c.queue_offset,
+               message_log.c.committed_at)
+        .select_from(message_log)
+        .join(half_message, half_message.c.id == message_log.c.half_message_id)
+        .join(txn, txn.c.id == half_message.c.txn_id)
+        .where(message_log.c.message_id == message_id)
     )
     return conn.execute(stmt).first()
 

@@ -83,6 +83,9 @@ CASES = [
     # missing fields, unknown fields, wrong types (strict: no coercion)
     send("empty-object", {}, "missing_field"),
     send("message-without-topic", {"messages": [{"body": "x"}]}, "missing_field"),
+    send("deliver-at-year-9999", with_msg(deliver_at="9999-12-31T23:59:59Z"), "out_of_range"),
+    send("deliver-at-past-the-calendar", with_msg(deliver_at="0001-01-01T00:00:00+01:00"),
+         "invalid_deliver_at"),
     send("unknown-top-field", with_msg(colour="red"), "unknown_field"),
     send("unknown-message-field", {"messages": [with_msg(colour="red")]}, "unknown_field"),
     send("messages-and-topic", {"messages": [MSG], "topic": "orders"}, "unknown_field"),

@@ -251,6 +251,32 @@ def test_acks_in_a_send_need_consume_on_their_topic(app: Any, client: Any) -> No
     assert (r.status_code, r.json["code"]) == (404, "subscription_not_found")
 
 
+def test_a_dead_letter_topic_other_than_the_default_needs_consume_on_it(
+        app: Any, client: Any) -> None:
+    """The subscription writes its dead letters into that topic: consume on the
+    subscription's topic alone does not let a token write into another one."""
+    subs = f"/v1/topics/{TOPIC}/subscriptions"
+    only_orders = bearer(make_token(client, f"consume:{TOPIC}")["token"])
+    both = bearer(make_token(client, f"consume:{TOPIC}", "consume:other")["token"])
+    engine = app.extensions["txmsg"].engine
+    before = row_counts(engine)
+    refused = {"dead_letter_topic": "other", "max_redeliveries": 0}
+    assert_problem(client.put(f"{subs}/s1", json=refused, headers=only_orders), 403, "forbidden")
+    assert row_counts(engine) == before
+    r = client.put(f"{subs}/s1", json=refused, headers=both)
+    assert r.status_code == 201, r.json
+    assert r.json["dead_letter_topic"] == "other"
+    # changing it to another topic is refused too; back to the default needs nothing more
+    assert_problem(client.put(f"{subs}/s1", json=refused, headers=only_orders), 403, "forbidden")
+    assert client.get(f"{subs}/s1", headers=only_orders).json["dead_letter_topic"] == "other"
+    for body in ({}, {"dead_letter_topic": f"{TOPIC}-s1-DLQ"}):
+        r = client.put(f"{subs}/s1", json=body, headers=only_orders)
+        assert r.status_code == 200, r.json
+        assert r.json["dead_letter_topic"] == f"{TOPIC}-s1-DLQ"
+    wildcard = bearer(make_token(client, "consume:*")["token"])
+    assert client.put(f"{subs}/s2", json=refused, headers=wildcard).status_code == 201
+
+
 def test_the_document_names_each_routes_scope(app: Any) -> None:
     doc = openapi_document()
     assert doc["components"]["securitySchemes"]["bearer"] == {

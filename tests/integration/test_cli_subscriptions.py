@@ -81,6 +81,9 @@ def test_seek_through_the_console_script(client: Any, txmsg: Txmsg) -> None:
     (("orders", "nope", "1"), "subscription_not_found"),
     (("nope", "billing", "1"), "subscription_not_found"),
     (("--", "orders", "billing", "-1"), "out_of_range"),
+    (("orders", "billing", "4"), "offset_out_of_range"),  # the topic's next offset is 3
+    (("orders", "billing", str(2**63 - 1)), "offset_out_of_range"),
+    (("orders", "billing", str(2**63)), "out_of_range"),
     (("orders", "billing", "x"), "invalid_type"),
     (("RMQ_SYS_TRANS_HALF_TOPIC", "billing", "1"), "reserved_topic"),
     (("no spaces", "billing", "1"), "invalid_topic"),

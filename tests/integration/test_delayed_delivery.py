@@ -3,7 +3,7 @@ message and becomes the committed message's deliverable time at commit, on both 
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 from sqlalchemy import select
@@ -21,11 +21,12 @@ def _log(app: Any) -> list[Any]:
 
 def test_the_deliverable_time_is_set_at_commit(app: Any, client: Any) -> None:
     register(client)
-    at = datetime(2031, 5, 6, 7, 8, 9, tzinfo=UTC)
+    at = (datetime.now(UTC) + timedelta(days=9)).replace(microsecond=0)
+    local = at.astimezone(timezone(timedelta(hours=2))).isoformat()
     sent = send(client, messages=[
         {"topic": "t", "body": "now"},
         {"topic": "t", "body": "later", "deliver_after_ms": 60_000},
-        {"topic": "t", "body": "then", "deliver_at": "2031-05-06T09:08:09+02:00"}])
+        {"topic": "t", "body": "then", "deliver_at": local}])
     assert sent.status_code == 201, sent.json
     with app.extensions["txmsg"].engine.connect() as conn:
         stored = list(conn.execute(select(half_message.c.deliver_after_ms,
@@ -56,6 +57,17 @@ def test_a_retry_with_another_delay_is_another_send(client: Any) -> None:
     assert plain.status_code == 201
 
 
+def _ahead(**delta: float) -> str:
+    return (datetime.now(UTC) + timedelta(**delta)).isoformat()
+
+
+def test_deliver_at_may_be_up_to_ten_days_ahead_or_in_the_past(app: Any, client: Any) -> None:
+    register(client)
+    for when in (_ahead(days=9, hours=23), _ahead(days=-1), "2001-02-03T04:05:06+14:00"):
+        r = send(client, topic="t", body="b", deliver_at=when)
+        assert r.status_code == 201, (when, r.json)
+
+
 def test_bad_delays_are_refused(app: Any, client: Any) -> None:
     register(client)
     cases = [({"deliver_after_ms": -1}, "out_of_range"),
@@ -64,8 +76,13 @@ def test_bad_delays_are_refused(app: Any, client: Any) -> None:
              ({"deliver_at": "tomorrow"}, "invalid_deliver_at"),
              ({"deliver_at": "2031-05-06T07:08:09"}, "invalid_deliver_at"),
              ({"deliver_at": 5}, "invalid_type"),
-             ({"deliver_at": "2031-05-06T07:08:09Z", "deliver_after_ms": 5},
-              "invalid_deliver_at")]
+             ({"deliver_at": _ahead(days=1), "deliver_after_ms": 5}, "invalid_deliver_at"),
+             # as far ahead as deliver_after_ms may say, and within the calendar
+             ({"deliver_at": _ahead(days=10, minutes=1)}, "out_of_range"),
+             ({"deliver_at": _ahead(days=11)}, "out_of_range"),
+             ({"deliver_at": "9999-12-31T23:59:59Z"}, "out_of_range"),
+             ({"deliver_at": "9999-12-31T23:59:59-14:00"}, "invalid_deliver_at"),
+             ({"deliver_at": "0001-01-01T00:00:00+14:00"}, "invalid_deliver_at")]
     for extra, code in cases:
         r = send(client, topic="t", body="b", **extra)
         assert r.status_code == 400, (extra, r.json)

@@ -48,9 +48,9 @@ def test_scan_reads_only_its_window_without_statistics(postgres_url: str) -> Non
                 " SELECT topic, seq, id, now() FROM half_message WHERE topic = :t"),
                 {"t": TOPIC})
         with engine.connect() as conn:
-            rows = store.scan(conn, TOPIC, 5_000, 100)
+            rows = store.scan(conn, TOPIC, 5_000, 5_100)
             assert [r.queue_offset for r in rows] == list(range(5_000, 5_100))
-            sql = store.scan_statement(TOPIC, 5_000, 100).compile(
+            sql = store.scan_statement(TOPIC, 5_000, 5_100).compile(
                 dialect=postgresql.dialect(), compile_kwargs={"literal_binds": True})
             plan = conn.execute(text(f"EXPLAIN (ANALYZE, FORMAT JSON) {sql}")).scalar_one()
         assert most_rows(plan[0]["Plan"]) <= 100, plan

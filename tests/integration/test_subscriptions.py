@@ -134,6 +134,28 @@ def test_nack_redelivers_after_the_delay_or_the_backoff(client: Any, clock: Cloc
     assert post(client, "nack", {"offsets": [5]}) == {"nacked": 0}  # never delivered
 
 
+class _Recorder:
+    def __init__(self) -> None:
+        self.later: list[tuple[tuple[str, ...], float]] = []
+
+    def notify_later(self, topics: Any, delay_seconds: float) -> None:
+        self.later.append((tuple(topics), delay_seconds))
+
+
+def test_a_nack_wakes_waiting_receives_when_its_delay_runs_out(app: Any, client: Any,
+                                                              clock: Clock) -> None:
+    register(client)
+    create(client, initial_position="earliest", redelivery_backoff={"min_ms": 700})
+    commit(client, 2)
+    assert offsets(receive(client)) == [0, 1]
+    signal: Any = _Recorder()
+    subs = domain.Subscriptions(app.extensions["txmsg"].engine, 1 << 20, signal)
+    assert subs.nack("t", "s", [0], 250) == 1
+    assert subs.nack("t", "s", [1], None) == 1  # the backoff of redelivery count 0
+    assert subs.nack("t", "s", [0, 1], 5) == 0  # no longer leased: nothing comes due
+    assert signal.later == [(("t",), 0.25), (("t",), 0.7)]
+
+
 def test_a_lease_that_times_out_is_redelivered_and_renew_extends_it(
         client: Any, clock: Clock) -> None:
     register(client)
@@ -152,7 +174,7 @@ def test_a_lease_that_times_out_is_redelivered_and_renew_extends_it(
     assert post(client, "renew", {"offsets": [0]}) == {"renewed": 0}  # no longer held
 
 
-@pytest.mark.parametrize(("min_ms", "max_ms", "backoff"), [(1000, 3000, 1000), (4000, 2000, 2000)])
+@pytest.mark.parametrize(("min_ms", "max_ms", "backoff"), [(1000, 3000, 1000), (2000, 2000, 2000)])
 def test_a_first_lease_that_runs_out_waits_for_the_backoff(
         client: Any, clock: Clock, min_ms: int, max_ms: int, backoff: int) -> None:
     """A message received once and never acknowledged comes back after the ack timeout
@@ -193,13 +215,22 @@ def test_dead_letters_after_one_plus_max_redeliveries(client: Any, clock: Clock)
                                      "ORIGIN_OFFSET": "0",
                                      "ORIGIN_MESSAGE_ID": original["message_id"],
                                      "REDELIVERY_COUNT": "2"}
+    # a new message: its own id, by which it is found; the original keeps its own
+    copy = dead[0]["message_id"]
+    assert copy != original["message_id"] and len(copy) == len(original["message_id"])
+    found = client.get(f"/v1/messages/{copy}").json
+    assert (found["message_id"], found["topic"], found["offset"], found["body"]) == (
+        copy, "t-s-DLQ", 0, "m0")
+    assert found["properties"]["ORIGIN_MESSAGE_ID"] == original["message_id"]
+    assert client.get(f"/v1/messages/{original['message_id']}").json["topic"] == "t"
     assert receive(client) == []
     assert len(client.get("/v1/topics/t-s-DLQ/messages").json["messages"]) == 1
     assert metrics.REDELIVERIES.labels("t", "s")._value.get() - redelivered == 2
     assert metrics.DEAD_LETTERS.labels("t", "s")._value.get() - dead_lettered == 1
-    # a dead-letter topic is an ordinary topic: subscribable
+    # a dead-letter topic is an ordinary topic: subscribable, its messages as read
     create(client, "d", topic="t-s-DLQ", initial_position="earliest")
-    assert offsets(receive(client, name="d", topic="t-s-DLQ")) == [0]
+    got = receive(client, name="d", topic="t-s-DLQ")
+    assert offsets(got) == [0] and got[0]["message_id"] == copy
 
 
 def test_max_redeliveries_zero_dead_letters_after_one_delivery(client: Any, clock: Clock) -> None:
@@ -227,6 +258,51 @@ def test_initial_position_latest_and_seek(client: Any, clock: Clock) -> None:
     body = post(client, "seek", {"offset": 5})
     assert (body["ack_cursor"], body["backlog"]) == (5, 0)
     assert receive(client) == []
+
+
+@pytest.mark.parametrize("past", [4, 2**63 - 1])
+def test_a_seek_takes_offsets_up_to_the_topics_next_offset(client: Any, past: int) -> None:
+    """Past the topic's next offset is refused (every later receive would count from
+    there); at it, receives of any size go on, and what comes later is delivered."""
+    register(client)
+    commit(client, 3)
+    create(client, initial_position="earliest")
+    for offset, code in ((past, "offset_out_of_range"), (-1, "out_of_range")):
+        r = client.post(f"{SUBS}/s/seek", json={"offset": offset})
+        assert (r.status_code, r.json["code"]) == (400, code), r.json
+    assert offsets(receive(client, 1000)) == [0, 1, 2]
+    body = post(client, "seek", {"offset": 3})
+    assert (body["ack_cursor"], body["backlog"], body["in_flight"]) == (3, 0, 0)
+    assert receive(client, 1000) == []
+    commit(client, 2)
+    assert offsets(receive(client, 1000)) == [3, 4]
+    assert offsets(receive(client, 1000)) == []
+    body = post(client, "seek", {"offset": 0})
+    assert offsets(receive(client, 1000)) == [0, 1, 2, 3, 4]
+
+
+def test_a_cursor_left_at_the_last_int64_answers_receives(app: Any, client: Any) -> None:
+    """A subscription a seek left at 2**63-1 before seeks were bounded: receives of any
+    size answer (nothing), none of their sums reaches the database past its integers."""
+    register(client)
+    commit(client, 2)
+    create(client, initial_position="earliest")
+    with app.extensions["txmsg"].engine.begin() as conn:
+        conn.execute(subscription.update().values(ack_cursor=2**63 - 1, read_offset=2**63 - 1))
+    for n in (1, 1000):
+        assert receive(client, n) == []
+    assert describe(client)["backlog"] == 0
+    post(client, "seek", {"offset": 0})
+    assert offsets(receive(client, 1000)) == [0, 1]
+
+
+def test_a_seek_on_an_empty_topic_takes_only_zero(client: Any) -> None:
+    create(client)
+    r = client.post(f"{SUBS}/s/seek", json={"offset": 1})
+    assert (r.status_code, r.json["code"], r.json["next_offset"]) == (
+        400, "offset_out_of_range", 0)
+    assert post(client, "seek", {"offset": 0})["ack_cursor"] == 0
+    assert receive(client, 1000) == []
 
 
 def test_delayed_messages_wait_for_their_time(client: Any, clock: Clock) -> None:
@@ -271,6 +347,10 @@ def test_a_receive_holds_at_most_the_byte_budget(database_url: str) -> None:
     ("put", f"{SUBS}/s", {"max_redeliveries": -1}, 400, "out_of_range"),
     ("put", f"{SUBS}/s", {"redelivery_backoff": {"min_ms": 3_600_001}}, 400, "out_of_range"),
     ("put", f"{SUBS}/s", {"redelivery_backoff": {"max_ms": -1}}, 400, "out_of_range"),
+    ("put", f"{SUBS}/s", {"redelivery_backoff": {"min_ms": 2001, "max_ms": 2000}}, 400,
+     "invalid_backoff"),
+    ("put", f"{SUBS}/s", {"redelivery_backoff": {"min_ms": 60001}}, 400, "invalid_backoff"),
+    ("put", f"{SUBS}/s", {"dead_letter_topic": "t"}, 400, "invalid_dead_letter_topic"),
     ("put", f"{SUBS}/s", {"initial_position": "middle"}, 400, "invalid_value"),
     ("put", f"{SUBS}/s", {"dead_letter_topic": "RMQ_SYS_X"}, 400, "reserved_topic"),
     ("put", f"{SUBS}/s", {"dead_letter_topic": "a b"}, 400, "invalid_topic"),
@@ -288,6 +368,9 @@ def test_a_receive_holds_at_most_the_byte_budget(database_url: str) -> None:
     ("post", f"{SUBS}/s/ack", {}, 400, "missing_field"),
     ("post", f"{SUBS}/s/nack", {"offsets": [1], "delay_ms": -1}, 400, "out_of_range"),
     ("post", f"{SUBS}/s/seek", {"offset": -1}, 400, "out_of_range"),
+    ("post", f"{SUBS}/s/seek", {"offset": 2**63}, 400, "out_of_range"),
+    ("post", f"{SUBS}/s/seek", {"offset": 2**63 - 1}, 400, "offset_out_of_range"),
+    ("post", f"{SUBS}/s/seek", {"offset": 1}, 400, "offset_out_of_range"),
     ("post", f"{SUBS}/nope/seek", {"offset": 1}, 404, "subscription_not_found"),
     ("get", f"{SUBS}?limit=0", None, 400, "invalid_query_parameter"),
 ])

@@ -62,3 +62,28 @@ def test_a_thread_woken_by_the_probe_is_counted_so() -> None:
     waiter.join(30)
     assert not waiter.is_alive()
     assert woken(PROBED) == before + 1
+
+
+def test_notify_later_wakes_a_waiter_when_its_time_comes() -> None:
+    """A nack's delay running out is no commit: the signal's own timer wakes the receives
+    waiting on the topic, not their next probe; no delay notifies at once."""
+    signal = TopicSignal()
+    seen = {t: signal.version(t) for t in ("soon", "later")}
+    woken_topics: list[str] = []
+
+    def waiter(topic: str) -> None:
+        signal.wait(topic, seen[topic], 30)
+        woken_topics.append(topic)
+
+    threads = [threading.Thread(target=waiter, args=(t,)) for t in seen]
+    for t in threads:
+        t.start()
+    signal.notify_later(["later"], 0.2)
+    signal.notify_later(["soon"], 0.01)
+    for t in threads:
+        t.join()
+    assert sorted(woken_topics) == ["later", "soon"]
+    assert all(signal.version(t) == seen[t] + 1 for t in seen)
+    now = signal.version("now")
+    signal.notify_later(["now"], 0)
+    assert signal.version("now") == now + 1
