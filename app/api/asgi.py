@@ -89,6 +89,7 @@ class Api:
         self._flask = WSGIMiddleware(wsgi, workers=settings.web_threads)
         self._probes = WSGIMiddleware(wsgi, workers=_PROBE_THREADS)
         self._guard = self._state.guard
+        self._proxies = settings.trusted_proxies
         self._router = Router(ROUTES)
         self._flask_routes = _FlaskRoutes(app)
         self._threads = ThreadPoolExecutor(max_workers=settings.web_threads,
@@ -166,7 +167,8 @@ class Api:
                                                            scope["path"])
             media_type = problem_type.encode()
         await _answer(send, scope, status, data, None if status == 204 else media_type,
-                      route.rule, quiet=route.quiet, headers=headers)
+                      route.rule, quiet=route.quiet, headers=headers,
+                      client=telemetry.asgi_client(scope, self._proxies))
 
     async def _offload(self, fn: Callable[..., Any], *args: Any) -> Any:
         return await _in_thread(self._receivers, fn, *args)
@@ -209,7 +211,8 @@ class Api:
     async def _refuse(self, send: Send, scope: HTTPScope, exc: HTTPException | ApiError,
                       route: str = telemetry.UNMATCHED) -> None:
         status, data, media_type, headers = rendered(exc, scope["path"])
-        await _answer(send, scope, status, data, media_type.encode(), route, headers=headers)
+        await _answer(send, scope, status, data, media_type.encode(), route, headers=headers,
+                      client=telemetry.asgi_client(scope, self._proxies))
 
     async def _authenticate(self, scope: HTTPScope) -> Principal:
         """Who the request's bearer token is (else 401); the database is read (off the
@@ -271,7 +274,7 @@ class _FlaskRoutes:
 
 async def _answer(send: Send, scope: HTTPScope, status: int, data: bytes,
                   content_type: bytes | None, route: str, *, quiet: bool = False,
-                  headers: Headers = ()) -> None:
+                  headers: Headers = (), client: str | None = None) -> None:
     """Send an answer of this front's own, with the request's id, and record it."""
     request_id, started = cast("dict[str, Any]", scope)[telemetry.SCOPE_KEY]
     fields = [(b"content-length", b"%d" % len(data)), (b"x-request-id", request_id.encode()),
@@ -281,7 +284,7 @@ async def _answer(send: Send, scope: HTTPScope, status: int, data: bytes,
     await send({"type": "http.response.start", "status": status, "headers": fields})
     await send({"type": "http.response.body", "body": data})
     telemetry.record(request_id, scope["method"], route, scope["path"], status, started,
-                     hot=quiet)
+                     hot=quiet, client=client)
 
 
 class _Head(NamedTuple):

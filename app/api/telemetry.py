@@ -130,6 +130,20 @@ def trusted_peer(address: str | None, networks: Sequence[IPNetwork]) -> bool:
     return any(ip in net for net in networks)
 
 
+def asgi_client(scope: Any, networks: Sequence[IPNetwork]) -> str | None:
+    """An ASGI request's client, as ``_BehindProxies`` makes Flask's: the direct peer, or,
+    for a trusted proxy, the last address of its ``X-Forwarded-For``."""
+    peer = scope.get("client")
+    address: str | None = peer[0] if peer else None
+    if networks and trusted_peer(address, networks):
+        forwarded = [value.decode("latin-1") for name, value in scope["headers"]
+                     if name == b"x-forwarded-for"]
+        last = ",".join(forwarded).split(",")[-1].strip()
+        if last:
+            return last
+    return address
+
+
 class _Identified:
     """WSGI middleware: the request's (id, start) in the environ, and the id in the
     logging context of the thread serving it."""

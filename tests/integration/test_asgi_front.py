@@ -26,6 +26,7 @@ from app.web import create_app
 from tests.asgi_client import AsgiClient
 from tests.conftest import make_settings
 from tests.integration import bad_input_cases
+from tests.logs import captured_logs
 
 TAGS = ("AAON", "AAOF")  # the same length, so that both apps' answers line up
 _SERVER_ID = re.compile(r"[0-9A-F]{32}")  # a transaction id the server chose
@@ -529,3 +530,23 @@ def test_health_answers_match_and_healthz_never_reaches_flask(sides: tuple[Side,
 def test_a_deletion_answers_204_without_a_content_type(sides: tuple[Side, Side]) -> None:
     answers = [side.call("DELETE", "/v1/producer-groups/gTAG") for side in sides]
     assert answers == [Answer(204, "", b"")] * 2
+
+
+def test_the_fronts_access_lines_name_the_client_a_trusted_proxy_forwards(
+        database_url: str) -> None:
+    """As Flask's do (tests/integration/test_trusted_proxies.py): the peer, or for a
+    trusted proxy the last address it forwards."""
+    forwarded = [("X-Forwarded-For", "198.51.100.1, 203.0.113.9")]
+    for proxies, client in (("127.0.0.0/8", "203.0.113.9"), ("10.0.0.0/8", "127.0.0.1")):
+        settings = make_settings(database_url, trusted_proxies=proxies, log_format="json")
+        app = create_app(settings)
+        http = AsgiClient(Api(app))
+        try:
+            with captured_logs(settings) as captured:
+                assert http.request("GET", "/v1/topics", headers=forwarded).status == 200
+            [line] = captured.access()
+            assert (line["route"], line["client"]) == ("/v1/topics", client)
+            assert line["message"].endswith(f" ms from {client}")
+        finally:
+            http.close()
+            app.extensions["txmsg"].close()
