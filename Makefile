@@ -9,7 +9,7 @@ PYTEST_ARGS ?=
 $(VENV)/.installed: pyproject.toml clients/python/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e ".[dev]" -e "./clients/python[callback]"
+	$(PY) -m pip install -q -e ".[dev]" -e "./clients/python[callback,barrier,aio]"
 	touch $@
 
 system-deps:

@@ -16,8 +16,10 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 import requests
@@ -87,3 +89,60 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
 def topic() -> str:
     """A topic of this test's own on the shared service."""
     return f"t-{uuid.uuid4().hex[:12]}"
+
+
+# -- the producer's own database, for the barrier: SQLite, PostgreSQL, MySQL/MariaDB --------
+
+PG_ADMIN_URL = os.environ.get("TXMSG_TEST_PG_URL",
+                              "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
+MYSQL_ADMIN_URL = os.environ.get("TXMSG_TEST_MYSQL_URL", "mysql+pymysql://root@127.0.0.1:3306/test")
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+DATABASES = ["sqlite", "postgresql", "mysql"]
+
+
+def _unreachable(what: str, exc: Exception) -> None:
+    if IN_CI and what == "PostgreSQL":
+        pytest.fail(f"PostgreSQL unreachable in CI: {exc}")
+    pytest.skip(f"{what} unreachable: {exc}")
+
+
+@contextmanager
+def scratch_database(kind: str, where: Path) -> Iterator[str]:
+    """The URL of an empty database of this kind, dropped afterwards (a file for SQLite)."""
+    if kind == "sqlite":
+        yield f"sqlite:///{where / f'producer-{uuid.uuid4().hex[:6]}.db'}"
+        return
+    sqlalchemy = pytest.importorskip("sqlalchemy")
+    admin_url = PG_ADMIN_URL if kind == "postgresql" else MYSQL_ADMIN_URL
+    name = f"txmsg_sdk_{os.getpid()}_{uuid.uuid4().hex[:6]}"
+    admin = sqlalchemy.create_engine(admin_url, isolation_level="AUTOCOMMIT")
+    quoted = f'"{name}"' if kind == "postgresql" else f"`{name}`"
+    try:
+        with admin.connect() as conn:
+            conn.execute(sqlalchemy.text(f"CREATE DATABASE {quoted}"))
+    except Exception as exc:  # noqa: BLE001 - any failure to reach the server
+        admin.dispose()
+        _unreachable("PostgreSQL" if kind == "postgresql" else "MySQL", exc)
+    try:
+        yield admin_url.rsplit("/", 1)[0] + "/" + name
+    finally:
+        drop = f"DROP DATABASE IF EXISTS {quoted}" + (" WITH (FORCE)" if kind == "postgresql"
+                                                      else "")
+        with admin.connect() as conn:
+            conn.execute(sqlalchemy.text(drop))
+        admin.dispose()
+
+
+@pytest.fixture(params=DATABASES)
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A scratch database of the producer's, on each dialect the barrier supports."""
+    with scratch_database(request.param, tmp_path) as url:
+        yield url
+
+
+@pytest.fixture
+def engine(database_url: str) -> Iterator[Any]:
+    sqlalchemy = pytest.importorskip("sqlalchemy")
+    made = sqlalchemy.create_engine(database_url, pool_size=10)
+    yield made
+    made.dispose()

@@ -19,12 +19,13 @@ This package depends on ``requests`` only, never on the service's code.
 
 from txmsg_client.consumer import BatchResult, Consumer, ReceivedMessage, RunStats
 from txmsg_client.errors import TxmsgError
-from txmsg_client.producer import Message, Producer, TransactionResult, message
+from txmsg_client.producer import LocalTransaction, Message, Producer, TransactionResult, message
 from txmsg_client.resolution import Resolution, TransactionChecker
 
 __all__ = [
     "BatchResult",
     "Consumer",
+    "LocalTransaction",
     "Message",
     "Producer",
     "ReceivedMessage",

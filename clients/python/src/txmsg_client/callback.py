@@ -12,26 +12,32 @@ answers 401 and the checker is not asked. Without a secret, nothing is verified.
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
-from collections.abc import Iterable
 from typing import Any, Self
 
 try:
-    from standardwebhooks.webhooks import Webhook, WebhookVerificationError
     from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
     from werkzeug.wrappers import Request, Response
+
+    from txmsg_client._checks import (
+        SIGNATURE_HEADERS,
+        Answer,
+        SigningSecrets,
+        Verifier,
+        answer,
+        checker_failed,
+        read_check,
+    )
 except ImportError as exc:
     raise ImportError("txmsg_client.callback needs werkzeug and standardwebhooks: "
                       "pip install 'txmsg-client[callback]'") from exc
 
-from txmsg_client.resolution import Resolution, TransactionChecker
+from txmsg_client.resolution import TransactionChecker
 
 log = logging.getLogger(__name__)
 
-SIGNATURE_HEADERS = ("webhook-id", "webhook-timestamp", "webhook-signature")
-SigningSecrets = str | Iterable[str] | None
+__all__ = ["SIGNATURE_HEADERS", "CheckerApp", "CheckerServer", "SigningSecrets", "checker_app"]
 
 
 class CheckerApp:
@@ -46,59 +52,29 @@ class CheckerApp:
 
     def __init__(self, checker: TransactionChecker, signing_secret: SigningSecrets = None) -> None:
         self.checker = checker
-        self._verifiers: tuple[Webhook, ...] = ()
-        self.signing_secret = signing_secret
+        self._verifier = Verifier(signing_secret)
 
     @property
     def signing_secret(self) -> tuple[str, ...]:
-        return self._secrets
+        return self._verifier.secrets
 
     @signing_secret.setter
     def signing_secret(self, secrets: SigningSecrets) -> None:
-        given = (secrets,) if isinstance(secrets, str) else tuple(secrets or ())
-        self._verifiers = tuple(Webhook(s) for s in given)  # refuses an empty secret
-        self._secrets = given
+        self._verifier = Verifier(secrets)
 
     def __call__(self, environ: dict[str, Any], start_response: Any) -> Any:
         return self._answer(Request(environ))(environ, start_response)
 
     def _answer(self, request: Request) -> Response:
-        if request.method != "POST":
-            return _problem(405, "method_not_allowed", "the check callback takes POST")
-        body = request.get_data()
-        refused = self._refusal(body, request)
-        if refused is not None:
-            return _problem(401, "invalid_signature", refused)
+        headers = {name.lower(): value for name, value in request.headers.items()}
+        check = read_check(request.method, request.get_data(), headers, request.remote_addr,
+                           self._verifier)
+        if not isinstance(check, dict):
+            return _response(check)
         try:
-            transaction = json.loads(body)
-        except ValueError:
-            transaction = None
-        if not isinstance(transaction, dict):
-            return _problem(400, "invalid_json", "the check body must be a JSON object")
-        try:
-            resolution = Resolution(self.checker.check(transaction))
-        except Exception as exc:  # the producer's code: answer 500, don't crash
-            log.exception("checker failed on transaction %s", transaction.get("transaction_id"))
-            return _problem(500, "checker_error", f"{type(exc).__name__}: {exc}")
-        return Response(json.dumps({"resolution": resolution.value}),
-                        mimetype="application/json")
-
-    def _refusal(self, body: bytes, request: Request) -> str | None:
-        """Why the check's signature does not verify, or None (verified, or no secret)."""
-        verifiers = self._verifiers
-        if not verifiers:
-            return None
-        headers = {name: request.headers[name] for name in SIGNATURE_HEADERS
-                   if name in request.headers}
-        reason = "no signature"
-        for verifier in verifiers:
-            try:
-                verifier.verify(body, headers, json_parse=False)
-                return None
-            except (WebhookVerificationError, ValueError) as exc:  # ValueError: malformed
-                reason = str(exc) or type(exc).__name__
-        log.warning("refused a check callback (%s) from %s", reason, request.remote_addr)
-        return f"the check's signature does not verify: {reason}"
+            return _response(answer(self.checker.check(check)))
+        except Exception as exc:  # noqa: BLE001 - the producer's code: logged, answered 500
+            return _response(checker_failed(check, exc))
 
 
 def checker_app(checker: TransactionChecker, signing_secret: SigningSecrets = None) -> CheckerApp:
@@ -106,11 +82,9 @@ def checker_app(checker: TransactionChecker, signing_secret: SigningSecrets = No
     return CheckerApp(checker, signing_secret)
 
 
-def _problem(status: int, code: str, detail: str) -> Response:
-    body = {"type": f"urn:txmsg:problem:{code}", "title": code.replace("_", " "),
-            "status": status, "detail": detail, "code": code}
-    return Response(json.dumps(body), status=status, mimetype="application/problem+json")
-
+def _response(done: Answer) -> Response:
+    status, content_type, body = done
+    return Response(body, status=status, content_type=content_type)
 
 class _QuietHandler(WSGIRequestHandler):
     def log_request(self, *args: Any, **kwargs: Any) -> None:

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
-
-import requests
+from typing import Any, Protocol
 
 
 class TxmsgError(Exception):
@@ -20,7 +18,19 @@ class TxmsgError(Exception):
         self.problem = dict(problem or {})
 
 
-def error_from(response: requests.Response) -> TxmsgError:
+class HttpAnswer(Protocol):
+    """What ``error_from`` reads of an answer: a ``requests`` or an ``httpx`` response."""
+
+    @property
+    def status_code(self) -> int: ...
+
+    @property
+    def text(self) -> str: ...
+
+    def json(self) -> Any: ...
+
+
+def error_from(response: HttpAnswer) -> TxmsgError:
     """The error an HTTP answer of 400 or more stands for, problem+json or not."""
     try:
         problem = response.json()
@@ -28,7 +38,11 @@ def error_from(response: requests.Response) -> TxmsgError:
         problem = None
     if not isinstance(problem, dict):
         return TxmsgError(response.status_code, f"http_{response.status_code}",
-                          response.text[:200] or response.reason or "")
+                          response.text[:200] or _reason(response))
     return TxmsgError(int(problem.get("status", response.status_code)),
                       str(problem.get("code", f"http_{response.status_code}")),
                       str(problem.get("detail", "")), problem)
+
+
+def _reason(response: HttpAnswer) -> str:
+    return str(getattr(response, "reason", None) or getattr(response, "reason_phrase", ""))

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import base64
 import logging
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 from urllib.parse import quote
 
 import requests
@@ -15,6 +16,9 @@ import requests
 from txmsg_client._http import auth_headers, call
 from txmsg_client.errors import TxmsgError
 from txmsg_client.resolution import Resolution
+
+if TYPE_CHECKING:
+    from txmsg_client.barrier import Barrier
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +33,19 @@ class TransactionResult:
     resolution: Resolution
     state: str  # COMMITTED, ROLLED_BACK, or PREPARED (left to the check)
     messages: list[dict[str, Any]]
+    end_error: Exception | None = field(default=None, repr=False)
+
+
+@dataclass
+class LocalTransaction:
+    """A ``local_transaction`` under way: ``connection`` is the database transaction of the
+    block; ``state`` is COMMITTED once the block committed and the service knows it,
+    PREPARED while the check has yet to commit it (``end_error`` says why)."""
+
+    transaction_id: str
+    messages: list[dict[str, Any]]
+    connection: Any = field(default=None, repr=False)
+    state: str = "PREPARED"
     end_error: Exception | None = field(default=None, repr=False)
 
 
@@ -59,6 +76,36 @@ def message(topic: str, body: str | bytes, *, keys: Iterable[str] = (), tag: str
     return out
 
 
+def send_body(messages: Message | Sequence[Message], transaction_id: str | None,
+              check_url: str | None, check_immunity_seconds: int | None,
+              acks: Sequence[Mapping[str, Any]] | None) -> dict[str, Any]:
+    """The body of a send (one message or several)."""
+    batch = [messages] if isinstance(messages, Mapping) else list(messages)
+    body: dict[str, Any] = {"messages": [dict(m) for m in batch]}
+    if transaction_id is not None:
+        body["transaction_id"] = transaction_id
+    if check_url is not None:
+        body["check_url"] = check_url
+    if check_immunity_seconds is not None:
+        body["check_immunity_seconds"] = check_immunity_seconds
+    if acks:
+        body["acks"] = [dict(a) for a in acks]
+    return body
+
+
+def group_path(group: str) -> str:
+    return f"/v1/producer-groups/{quote(group, safe='')}"
+
+
+def transaction_path(group: str, transaction_id: str, action: str | None = None) -> str:
+    path = f"{group_path(group)}/transactions/{quote(transaction_id, safe='')}"
+    return f"{path}/{action}" if action else path
+
+
+def read_path(topic: str, from_offset: int, limit: int) -> str:
+    return f"/v1/topics/{quote(topic, safe='')}/messages?from_offset={from_offset}&limit={limit}"
+
+
 class Producer:
     """One producer group's client of a txmsg service; ``token``: a bearer token with the
     scope ``produce:<group>``, for a service with access control on."""
@@ -70,7 +117,7 @@ class Producer:
         self.timeout = timeout
         self._session = session or requests.Session()
         self._headers = auth_headers(token)
-        self._group_path = f"/v1/producer-groups/{quote(group, safe='')}"
+        self._group_path = group_path(group)
 
     def register(self, check_urls: Sequence[str], check_timeout_ms: int = 3000) -> dict[str, Any]:
         """Register (or replace) the URLs the service asks about unresolved transactions.
@@ -101,17 +148,8 @@ class Producer:
         subscriptions that the transaction's commit acknowledges, and its rollback
         releases (``Consumer.run`` with a producer builds them).
         """
-        batch = [messages] if isinstance(messages, Mapping) else list(messages)
-        body: dict[str, Any] = {"messages": [dict(m) for m in batch]}
-        if transaction_id is not None:
-            body["transaction_id"] = transaction_id
-        if check_url is not None:
-            body["check_url"] = check_url
-        if check_immunity_seconds is not None:
-            body["check_immunity_seconds"] = check_immunity_seconds
-        if acks:
-            body["acks"] = [dict(a) for a in acks]
-        return self._call("POST", f"{self._group_path}/transactions", body)
+        return self._call("POST", f"{self._group_path}/transactions", send_body(
+            messages, transaction_id, check_url, check_immunity_seconds, acks))
 
     def commit(self, transaction_id: str) -> dict[str, Any]:
         """Make the messages visible; returns their offsets. Safe to repeat."""
@@ -127,8 +165,7 @@ class Producer:
 
     def read(self, topic: str, from_offset: int = 0, limit: int = 100) -> dict[str, Any]:
         """A page of a topic's committed messages, from ``from_offset`` (``next_offset`` next)."""
-        return self._call("GET", f"/v1/topics/{quote(topic, safe='')}/messages"
-                                 f"?from_offset={from_offset}&limit={limit}")
+        return self._call("GET", read_path(topic, from_offset, limit))
 
     def resume_check(self, transaction_id: str) -> dict[str, Any]:
         """Put a DISCARDED transaction back to PREPARED (checked again from 1)."""
@@ -168,6 +205,59 @@ class Producer:
         result.messages = answer.get("messages", result.messages)
         return result
 
+    @contextmanager
+    def local_transaction(
+        self, barrier: Barrier, messages: Message | Sequence[Message], *,
+        transaction_id: str | None = None, check_url: str | None = None,
+        check_immunity_seconds: int | None = None,
+    ) -> Iterator[LocalTransaction]:
+        """Send half messages, run the block in a database transaction of ``barrier``'s
+        engine whose first statement writes the barrier row, commit it, then commit the
+        messages; ``barrier.checker`` answers the checks.
+
+        An exception in the block rolls back both and is raised again. Once the database
+        transaction has committed nothing is raised: a commit that cannot reach the
+        service leaves ``state`` PREPARED, and the check commits it. A failure of the
+        database commit itself is raised, and the check settles the messages.
+        """
+        sent = self.send(messages, transaction_id=transaction_id, check_url=check_url,
+                         check_immunity_seconds=check_immunity_seconds)
+        local = LocalTransaction(sent["transaction_id"], sent["messages"])
+        database = barrier.begin(self.group, local.transaction_id)
+        try:
+            local.connection = database.__enter__()
+        except BaseException:
+            self._roll_back_quietly(local.transaction_id)
+            raise
+        try:
+            yield local
+        except BaseException as exc:
+            try:
+                database.__exit__(type(exc), exc, exc.__traceback__)
+            finally:
+                self._roll_back_quietly(local.transaction_id)
+            raise
+        database.__exit__(None, None, None)  # the local commit: raised, it is the check's
+        self._commit_quietly(local)
+
+    def _roll_back_quietly(self, transaction_id: str) -> None:
+        try:
+            self.rollback(transaction_id)
+        except (requests.RequestException, TxmsgError) as exc:
+            log.warning("could not roll back transaction %s, the check will: %s",
+                        transaction_id, exc)
+
+    def _commit_quietly(self, local: LocalTransaction) -> None:
+        try:
+            answer = self.commit(local.transaction_id)
+        except (requests.RequestException, TxmsgError) as exc:
+            log.warning("could not commit transaction %s, the check will: %s",
+                        local.transaction_id, exc)
+            local.end_error = exc
+            return
+        local.state = answer["state"]
+        local.messages = answer.get("messages", local.messages)
+
     def close(self) -> None:
         self._session.close()
 
@@ -178,8 +268,7 @@ class Producer:
         self.close()
 
     def _txn_path(self, transaction_id: str, action: str | None = None) -> str:
-        path = f"{self._group_path}/transactions/{quote(transaction_id, safe='')}"
-        return f"{path}/{action}" if action else path
+        return transaction_path(self.group, transaction_id, action)
 
     def _call(self, method: str, path: str, body: Any = None) -> dict[str, Any]:
         return call(self._session, method, self.base_url + path, self._headers, self.timeout,

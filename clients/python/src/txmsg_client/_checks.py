@@ -1,0 +1,81 @@
+"""What a check callback endpoint does whatever serves it (``callback``'s WSGI app,
+``aio``'s ASGI app): verify the Standard Webhooks signature, read the body, answer."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from standardwebhooks.webhooks import Webhook, WebhookVerificationError
+
+from txmsg_client.resolution import Resolution
+
+log = logging.getLogger("txmsg_client.callback")
+
+SIGNATURE_HEADERS = ("webhook-id", "webhook-timestamp", "webhook-signature")
+SigningSecrets = str | Iterable[str] | None
+Answer = tuple[int, str, bytes]  # status, content type, body
+
+
+class Verifier:
+    """The group's signing secrets (one ``whsec_…`` secret, or several: any of them
+    verifies, handy while the producer moves to a rotated secret); none: nothing is
+    verified."""
+
+    def __init__(self, secrets: SigningSecrets = None) -> None:
+        given = (secrets,) if isinstance(secrets, str) else tuple(secrets or ())
+        self.webhooks = tuple(Webhook(s) for s in given)  # refuses an empty secret
+        self.secrets = given
+
+    def refusal(self, body: bytes, headers: Mapping[str, str], peer: object) -> str | None:
+        """Why the check's signature does not verify, or None (verified, or no secret)."""
+        if not self.webhooks:
+            return None
+        signed = {name: headers[name] for name in SIGNATURE_HEADERS if name in headers}
+        reason = "no signature"
+        for webhook in self.webhooks:
+            try:
+                webhook.verify(body, signed, json_parse=False)
+                return None
+            except (WebhookVerificationError, ValueError) as exc:  # ValueError: malformed
+                reason = str(exc) or type(exc).__name__
+        log.warning("refused a check callback (%s) from %s", reason, peer)
+        return f"the check's signature does not verify: {reason}"
+
+
+def read_check(method: str, body: bytes, headers: Mapping[str, str], peer: object,
+               verifier: Verifier) -> dict[str, Any] | Answer:
+    """The check's transaction, or the refusal to answer with."""
+    if method != "POST":
+        return problem(405, "method_not_allowed", "the check callback takes POST")
+    refused = verifier.refusal(body, headers, peer)
+    if refused is not None:
+        return problem(401, "invalid_signature", refused)
+    try:
+        transaction = json.loads(body)
+    except ValueError:
+        transaction = None
+    if not isinstance(transaction, dict):
+        return problem(400, "invalid_json", "the check body must be a JSON object")
+    return transaction
+
+
+def answer(resolution: Resolution | str) -> Answer:
+    return 200, "application/json", json.dumps(
+        {"resolution": Resolution(resolution).value}).encode()
+
+
+def checker_failed(transaction: Mapping[str, Any], exc: Exception) -> Answer:
+    """The producer's checker raised: 500 (the service counts the check as unanswered and
+    asks the group's next URL)."""
+    log.error("checker failed on transaction %s", transaction.get("transaction_id"),
+              exc_info=exc)
+    return problem(500, "checker_error", f"{type(exc).__name__}: {exc}")
+
+
+def problem(status: int, code: str, detail: str) -> Answer:
+    body = {"type": f"urn:txmsg:problem:{code}", "title": code.replace("_", " "),
+            "status": status, "detail": detail, "code": code}
+    return status, "application/problem+json", json.dumps(body).encode()

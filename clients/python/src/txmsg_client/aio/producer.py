@@ -1,0 +1,172 @@
+"""``Producer`` for asyncio: the same calls as coroutines, on an ``httpx.AsyncClient``."""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any, Self
+
+import httpx
+
+from txmsg_client._http import auth_headers
+from txmsg_client.aio._http import TRANSPORT_ERRORS, call
+from txmsg_client.errors import TxmsgError
+from txmsg_client.producer import (
+    LocalTransaction,
+    Message,
+    TransactionResult,
+    group_path,
+    read_path,
+    send_body,
+    transaction_path,
+)
+from txmsg_client.resolution import Resolution
+
+if TYPE_CHECKING:
+    from txmsg_client.aio.barrier import AsyncBarrier
+
+log = logging.getLogger(__name__)
+
+LocalWork = Callable[[dict[str, Any]], Resolution | str | Awaitable[Resolution | str]]
+
+
+class AsyncProducer:
+    """One producer group's asyncio client of a txmsg service (see ``Producer``).
+
+    ``client``: an ``httpx.AsyncClient`` of the caller's (kept open by ``aclose``), else one
+    of its own; use ``async with``, or ``await aclose()``.
+    """
+
+    def __init__(self, base_url: str, group: str, *, timeout: float = 10.0,
+                 client: httpx.AsyncClient | None = None, token: str | None = None) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.group = group
+        self.timeout = timeout
+        self._own_client = client is None
+        self._client = client or httpx.AsyncClient()
+        self._headers = auth_headers(token)
+        self._group_path = group_path(group)
+
+    async def register(self, check_urls: Sequence[str],
+                       check_timeout_ms: int = 3000) -> dict[str, Any]:
+        """Register (or replace) the group's check URLs; the answer has ``signing_secret``."""
+        return await self._call("PUT", self._group_path, {"check_urls": list(check_urls),
+                                                          "check_timeout_ms": check_timeout_ms})
+
+    async def registration(self) -> dict[str, Any]:
+        return await self._call("GET", self._group_path)
+
+    async def rotate_signing_secret(self) -> dict[str, Any]:
+        return await self._call("POST", f"{self._group_path}/signing-secret/rotate")
+
+    async def send(self, messages: Message | Sequence[Message], *,
+                   transaction_id: str | None = None, check_url: str | None = None,
+                   check_immunity_seconds: int | None = None,
+                   acks: Sequence[Mapping[str, Any]] | None = None) -> dict[str, Any]:
+        """Store half messages: PREPARED (see ``Producer.send``)."""
+        return await self._call("POST", f"{self._group_path}/transactions", send_body(
+            messages, transaction_id, check_url, check_immunity_seconds, acks))
+
+    async def commit(self, transaction_id: str) -> dict[str, Any]:
+        return await self._call("POST", transaction_path(self.group, transaction_id, "commit"))
+
+    async def rollback(self, transaction_id: str) -> dict[str, Any]:
+        return await self._call("POST", transaction_path(self.group, transaction_id, "rollback"))
+
+    async def get(self, transaction_id: str) -> dict[str, Any]:
+        return await self._call("GET", transaction_path(self.group, transaction_id))
+
+    async def read(self, topic: str, from_offset: int = 0, limit: int = 100) -> dict[str, Any]:
+        return await self._call("GET", read_path(topic, from_offset, limit))
+
+    async def resume_check(self, transaction_id: str) -> dict[str, Any]:
+        return await self._call("POST", transaction_path(self.group, transaction_id,
+                                                         "resume-check"))
+
+    async def send_in_transaction(
+        self, messages: Message | Sequence[Message], local_transaction: LocalWork, *,
+        transaction_id: str | None = None, check_url: str | None = None,
+        check_immunity_seconds: int | None = None,
+    ) -> TransactionResult:
+        """``Producer.send_in_transaction``; ``local_transaction`` may be a coroutine
+        function."""
+        sent = await self.send(messages, transaction_id=transaction_id, check_url=check_url,
+                               check_immunity_seconds=check_immunity_seconds)
+        txid = sent["transaction_id"]
+        outcome = local_transaction(sent)
+        resolution = Resolution(await outcome if inspect.isawaitable(outcome) else outcome)
+        result = TransactionResult(txid, resolution, "PREPARED", sent["messages"])
+        if resolution is Resolution.UNKNOWN:
+            return result
+        try:
+            answer = await (self.commit(txid) if resolution is Resolution.COMMIT
+                            else self.rollback(txid))
+        except (*TRANSPORT_ERRORS, TxmsgError) as exc:
+            if isinstance(exc, TxmsgError) and exc.status < 500:
+                raise
+            log.warning("could not %s transaction %s, the check will: %s",
+                        resolution.value.lower(), txid, exc)
+            result.end_error = exc
+            return result
+        result.state = answer["state"]
+        result.messages = answer.get("messages", result.messages)
+        return result
+
+    @asynccontextmanager
+    async def local_transaction(
+        self, barrier: AsyncBarrier, messages: Message | Sequence[Message], *,
+        transaction_id: str | None = None, check_url: str | None = None,
+        check_immunity_seconds: int | None = None,
+    ) -> AsyncIterator[LocalTransaction]:
+        """``Producer.local_transaction`` on an ``AsyncBarrier``: ``async with``, and
+        ``local.connection`` is an ``AsyncConnection``."""
+        sent = await self.send(messages, transaction_id=transaction_id, check_url=check_url,
+                               check_immunity_seconds=check_immunity_seconds)
+        local = LocalTransaction(sent["transaction_id"], sent["messages"])
+        database = barrier.begin(self.group, local.transaction_id)
+        try:
+            local.connection = await database.__aenter__()
+        except BaseException:
+            await self._roll_back_quietly(local.transaction_id)
+            raise
+        try:
+            yield local
+        except BaseException as exc:
+            try:
+                await database.__aexit__(type(exc), exc, exc.__traceback__)
+            finally:
+                await self._roll_back_quietly(local.transaction_id)
+            raise
+        await database.__aexit__(None, None, None)  # the local commit: raised, the check's
+        try:
+            answer = await self.commit(local.transaction_id)
+        except (*TRANSPORT_ERRORS, TxmsgError) as exc:
+            log.warning("could not commit transaction %s, the check will: %s",
+                        local.transaction_id, exc)
+            local.end_error = exc
+            return
+        local.state = answer["state"]
+        local.messages = answer.get("messages", local.messages)
+
+    async def _roll_back_quietly(self, transaction_id: str) -> None:
+        try:
+            await self.rollback(transaction_id)
+        except (*TRANSPORT_ERRORS, TxmsgError) as exc:
+            log.warning("could not roll back transaction %s, the check will: %s",
+                        transaction_id, exc)
+
+    async def aclose(self) -> None:
+        if self._own_client:
+            await self._client.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def _call(self, method: str, path: str, body: Any = None) -> dict[str, Any]:
+        return await call(self._client, method, self.base_url + path, self._headers,
+                          self.timeout, body)

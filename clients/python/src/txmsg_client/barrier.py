@@ -1,0 +1,127 @@
+"""The barrier: answering the service's checks from the producer's own database.
+
+Needs SQLAlchemy, the ``[barrier]`` extra: ``pip install 'txmsg-client[barrier]'``.
+
+``Producer.local_transaction(barrier, messages)`` runs the producer's work in a database
+transaction whose first statement inserts the transaction's barrier row; ``barrier.checker``
+answers a check by inserting a rollback marker under the same key unless a row is there,
+then reading which row it is (DTM's msg barrier, ``dtmcli/barrier.go``). The local
+transaction committed: its row is there, COMMIT. It rolled back, or never began: the
+marker is, ROLLBACK, and a local transaction beginning later fails on its first
+statement. It is still open: the marker's insert waits on the key until it ends (at most
+``wait_seconds``: keep it below the group's ``check_timeout_ms``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import timedelta
+from typing import Any
+
+try:
+    from sqlalchemy import Connection, Engine, MetaData, Table
+    from sqlalchemy.exc import DBAPIError, IntegrityError
+except ImportError as exc:
+    raise ImportError("txmsg_client.barrier needs SQLAlchemy: "
+                      "pip install 'txmsg-client[barrier]'") from exc
+
+from txmsg_client import _barrier_sql as sql
+from txmsg_client.resolution import Resolution
+
+log = logging.getLogger(__name__)
+
+DEFAULT_WAIT_SECONDS = 2.0
+DEFAULT_KEEP = timedelta(days=7)
+
+
+class RolledBackByCheck(Exception):
+    """The check rolled this transaction back before its local transaction began (the
+    producer was slower than the service's transaction timeout): the local work is not
+    done, and the messages are not sent."""
+
+
+class Barrier:
+    """The barrier table ``txmsg_barrier`` in the producer's database (``engine``:
+    PostgreSQL, SQLite or MySQL/MariaDB).
+
+    ``table`` is the SQLAlchemy ``Table`` (give ``metadata`` to have it in yours, for
+    Alembic); ``create_table()`` creates it if absent. ``wait_seconds``: how long a check
+    waits for a local transaction still open before answering UNKNOWN (asked again
+    later); below the group's ``check_timeout_ms``.
+    """
+
+    def __init__(self, engine: Engine, *, metadata: MetaData | None = None,
+                 table_name: str = sql.TABLE_NAME,
+                 wait_seconds: float = DEFAULT_WAIT_SECONDS) -> None:
+        sql.check_dialect(engine.dialect)
+        self.engine = engine
+        self.table: Table = sql.barrier_table(metadata, table_name)
+        self.wait_seconds = wait_seconds
+        self.checker = BarrierChecker(self)
+
+    def create_table(self) -> None:
+        """Create the table and its index unless they exist."""
+        self.table.create(self.engine, checkfirst=True)
+
+    @contextmanager
+    def begin(self, group: str, transaction_id: str) -> Iterator[Connection]:
+        """A database transaction whose first statement writes the barrier row: committed
+        when the block ends, rolled back when it raises. ``RolledBackByCheck``: the check
+        came first."""
+        with self.engine.begin() as connection:
+            try:
+                connection.execute(sql.insert_barrier(self.table, group, transaction_id))
+            except IntegrityError as exc:
+                raise RolledBackByCheck(
+                    f"transaction {transaction_id} was rolled back by a check") from exc
+            yield connection
+
+    def resolve(self, group: str, transaction_id: str) -> Resolution:
+        """COMMIT if the local transaction committed; else ROLLBACK, for good."""
+        dialect = self.engine.dialect
+        with self.engine.connect() as connection:
+            busy_ms = 0
+            if dialect.name == "sqlite":
+                busy_ms = connection.execute(sql.SQLITE_BUSY_TIMEOUT).scalar_one()
+                connection.commit()
+            try:
+                with connection.begin():
+                    connection.execute(sql.wait_bound(dialect, self.wait_seconds))
+                    connection.execute(sql.insert_rollback_if_absent(
+                        dialect, self.table, group, transaction_id))
+                    reason = connection.execute(
+                        sql.select_reason(self.table, group, transaction_id)).scalar_one()
+            except DBAPIError as exc:
+                if not sql.lock_timed_out(exc):
+                    raise
+                log.warning("transaction %s: its local transaction is still open after "
+                            "%.1f s, UNKNOWN for now", transaction_id, self.wait_seconds)
+                return Resolution.UNKNOWN
+            finally:
+                reset = sql.wait_unbound(dialect, busy_ms)
+                if reset is not None and not connection.invalidated:
+                    connection.execute(reset)
+                    connection.commit()
+        return Resolution.COMMIT if reason == sql.COMMIT else Resolution.ROLLBACK
+
+    def cleanup(self, older_than: timedelta = DEFAULT_KEEP) -> int:
+        """Delete the rows older than ``older_than``; how many. Keep them longer than a
+        transaction can stay unresolved on the service (its checks, and the time an
+        operator may take over a DISCARDED one): a check after the row is gone would
+        answer ROLLBACK for work that committed."""
+        with self.engine.begin() as connection:
+            done = connection.execute(sql.delete_older_than(self.table, sql.now() - older_than))
+        return int(done.rowcount)
+
+
+class BarrierChecker:
+    """A ``TransactionChecker`` answering from the barrier (``Barrier.checker``)."""
+
+    def __init__(self, barrier: Barrier) -> None:
+        self.barrier = barrier
+
+    def check(self, transaction: dict[str, Any]) -> Resolution:
+        return self.barrier.resolve(str(transaction["producer_group"]),
+                                    str(transaction["transaction_id"]))
