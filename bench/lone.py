@@ -23,8 +23,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import psycopg
+
 from bench.client import GROUP, TOPIC, Connection, Producer, batch_stats, register
-from bench.pgdb import bench_database, truncate_all
+from bench.pgdb import bench_database, libpq_url, truncate_all
 from bench.procs import cpu_seconds, tree
 from bench.service import Server, serve
 
@@ -40,20 +42,48 @@ class Reader(Connection):
         self._post(f"/v1/producer-groups/{GROUP}/transactions/{txid}", None, 200, method="GET")
 
 
-def _phase(server: Server, n: int, request: Callable[[int], None]) -> dict[str, float]:
-    """``n`` requests, one at a time: p50 and p99 of their latency, the service's CPU each."""
-    pids = tree(server.pid)
+def _timed(n: int, request: Callable[[int], None]) -> dict[str, float]:
     latencies = []
-    cpu0 = cpu_seconds(pids)
     for i in range(n):
         t0 = time.perf_counter()
         request(i)
         latencies.append(time.perf_counter() - t0)
-    cpu = cpu_seconds(pids) - cpu0
     latencies.sort()
     return {"p50_ms": latencies[n // 2] * 1000,
             "p99_ms": latencies[min(n - 1, int(n * 0.99))] * 1000,
-            "mean_ms": statistics.fmean(latencies) * 1000, "cpu_ms": cpu / n * 1000}
+            "mean_ms": statistics.fmean(latencies) * 1000}
+
+
+def floors(url: str, n: int) -> dict[str, dict[str, float]]:
+    """The database's own floor for one client: a durable one-row INSERT (a send or a
+    commit is at least one), and a one-row SELECT by key (a read is at least one)."""
+    with psycopg.connect(libpq_url(url)) as conn:
+        conn.execute("CREATE TABLE lone_floor (id bigint PRIMARY KEY, body text)")
+        conn.commit()
+        body = "x" * 1024
+
+        def insert(i: int) -> None:
+            conn.execute("INSERT INTO lone_floor VALUES (%s, %s)", (i, body))
+            conn.commit()
+
+        def select(i: int) -> None:
+            conn.execute("SELECT id, body FROM lone_floor WHERE id = %s", (i,)).fetchone()
+            conn.commit()
+
+        try:
+            return {"INSERT + COMMIT": _timed(n, insert), "SELECT by key": _timed(n, select)}
+        finally:
+            conn.rollback()
+            conn.execute("DROP TABLE lone_floor")
+            conn.commit()
+
+
+def _phase(server: Server, n: int, request: Callable[[int], None]) -> dict[str, float]:
+    """``n`` requests, one at a time: p50 and p99 of their latency, the service's CPU each."""
+    pids = tree(server.pid)
+    cpu0 = cpu_seconds(pids)
+    timed = _timed(n, request)
+    return {**timed, "cpu_ms": (cpu_seconds(pids) - cpu0) / n * 1000}
 
 
 def one_round(url: str, tree_dir: str | None, n: int) -> dict[str, dict[str, float]]:
@@ -106,14 +136,17 @@ def main() -> None:
     parser.add_argument("--tree", action="append", default=[],
                         help="a source tree to serve from (default: this one)")
     args = parser.parse_args()
-    trees = [str(Path(t).resolve()) for t in args.tree] or [None]
+    trees: list[str | None] = [str(Path(t).resolve()) for t in args.tree] or [None]
     print("uptime:", _uptime())
     results: dict[str | None, list[dict[str, dict[str, float]]]] = {t: [] for t in trees}
+    floor: list[dict[str, dict[str, float]]] = []
     with bench_database() as url:
         for r in range(args.rounds):
+            floor.append(floors(url, args.requests))
             for t in trees:
                 results[t].append(one_round(url, t, args.requests))
                 print(f"round {r + 1} {t or 'this tree'} done", flush=True)
+    results["PostgreSQL alone (psycopg, the floor)"] = floor
     print("uptime:", _uptime())
     for t, rounds in results.items():
         print(f"\n{t or 'this tree'}: median of {len(rounds)} rounds, {args.requests} requests "
@@ -125,7 +158,8 @@ def main() -> None:
             row = [statistics.median(x[route].get(k, float("nan")) for x in rounds)
                    for k in ("p50_ms", "p99_ms", "mean_ms", "cpu_ms")]
             print(f"  {route:<18}" + "".join(f"{v:>9.3f}" for v in row))
-        print("  mean group-commit batch:", rounds[-1]["mean batch"])
+        if "mean batch" in rounds[-1]:
+            print("  mean group-commit batch:", rounds[-1]["mean batch"])
 
 
 if __name__ == "__main__":
