@@ -26,6 +26,9 @@ class Settings(BaseSettings):
                                       hide_input_in_errors=True)
 
     database_url: str = DEFAULT_DATABASE_URL
+    # a hot standby (PostgreSQL) for offset reads, message lookups, the dashboard's read
+    # pages and `txmsg ingest`; it may lag the primary, never shows a gap. Unset: the primary
+    read_database_url: str | None = None
     transaction_timeout_seconds: float = Field(6, ge=0)
     check_interval_seconds: float = Field(30, ge=0)
     check_max_times: int = Field(15, ge=1)

@@ -8,7 +8,7 @@ from functools import partial
 from flask import Flask
 from sqlalchemy import Engine
 
-from app import ui
+from app import tracing, ui
 from app.api import access, bodies, flask_routes, telemetry
 from app.api.asgi import Api
 from app.config import Settings
@@ -18,7 +18,7 @@ from app.domain.tokens import TokenGuard
 from app.domain.wakeups import NOTIFIED, TopicSignal
 from app.lifetime import die_with_parent
 from app.storage import notices
-from app.storage.db import make_engine
+from app.storage.db import make_engine, make_read_engine
 
 
 @dataclass
@@ -30,6 +30,13 @@ class AppState:
     subscriptions: Subscriptions
     # other processes' commits, for the receives waiting here (PostgreSQL only)
     listener: notices.Listener | None = None
+    # reads that may lag: offset reads, message lookups, the dashboard's read pages
+    # (TXMSG_READ_DATABASE_URL's standby; else ``engine``)
+    read_engine: Engine | None = None
+
+    @property
+    def reader(self) -> Engine:
+        return self.read_engine or self.engine
 
     @property
     def signal(self) -> TopicSignal:
@@ -40,6 +47,8 @@ class AppState:
             self.listener.close()
         self.lifecycle.close()
         self.engine.dispose()
+        if self.read_engine is not None and self.read_engine is not self.engine:
+            self.read_engine.dispose()
 
 
 def create_app(settings: Settings | None = None, *, engine: Engine | None = None,
@@ -64,7 +73,8 @@ def create_app(settings: Settings | None = None, *, engine: Engine | None = None
                                     ignore=lifecycle.publisher.origin)
     app.extensions["txmsg"] = AppState(
         settings, engine, lifecycle, guard,
-        Subscriptions(engine, settings.max_read_bytes, lifecycle.signal), listener)
+        Subscriptions(engine, settings.max_read_bytes, lifecycle.signal), listener,
+        make_read_engine(settings, engine))
     bodies.install(app)
     access.install(app)
     telemetry.install(app, settings.trusted_proxies)
@@ -76,10 +86,12 @@ def create_app(settings: Settings | None = None, *, engine: Engine | None = None
 def app_from_env() -> Flask:
     """WSGI entry point, for a WSGI server (settings from TXMSG_* variables)."""
     die_with_parent()
+    tracing.install()
     return create_app(cross_process=True)
 
 
 def asgi_from_env() -> Api:
     """ASGI entry point, as ``txmsg serve`` runs it (settings from TXMSG_* variables)."""
     die_with_parent()
+    tracing.install()
     return Api(create_app(cross_process=True))

@@ -33,13 +33,15 @@ class _Errors:
 
 def closed_loop(clients: int, make_op: Callable[[int], Op], seconds: float,
                 warmup: float, probe: Probe | None = None) -> dict[str, Any]:
-    """Units per second over ``seconds`` after ``warmup``, with ``clients`` busy threads.
+    """Units per second over ``seconds`` after ``warmup``, with ``clients`` busy threads,
+    and the percentiles of each call's latency in that window.
 
     ``probe`` (say CPU counters) is read at both ends of the measured window; the result
     carries its increase per unit of work.
     """
     counts = [0] * clients
-    stop = threading.Event()
+    latencies: list[list[float]] = [[] for _ in range(clients)]
+    stop, measuring = threading.Event(), threading.Event()
     errors = _Errors()
     ready = threading.Barrier(clients + 1)
 
@@ -47,35 +49,42 @@ def closed_loop(clients: int, make_op: Callable[[int], Op], seconds: float,
         op = make_op(i)
         ready.wait()
         while not stop.is_set():
+            t = time.perf_counter()
             try:
                 counts[i] += op()
             except Exception as exc:  # noqa: BLE001 - counted and reported, the run goes on
                 errors.add(exc)
                 if errors.count > 1000:
                     return
+                continue
+            if measuring.is_set():
+                latencies[i].append(time.perf_counter() - t)
 
     threads = [threading.Thread(target=client, args=(i,), daemon=True) for i in range(clients)]
     for t in threads:
         t.start()
     ready.wait(timeout=60)
     time.sleep(warmup)
+    measuring.set()
     p0 = probe() if probe else {}
     c0, t0 = sum(counts), time.perf_counter()
     time.sleep(seconds)
     c1, t1 = sum(counts), time.perf_counter()
+    measuring.clear()
     p1 = probe() if probe else {}
     stop.set()
     for t in threads:
         t.join(timeout=30)
     out = {"per_second": round((c1 - c0) / (t1 - t0), 1), "units": c1 - c0,
            "seconds": round(t1 - t0, 2), "clients": clients, "errors": errors.count,
-           "first_error": errors.first}
+           "first_error": errors.first,
+           "latency_ms": percentiles([x for lat in latencies for x in lat])}
     if probe:
-        out["cpu_ms_per_unit"] = _per_unit(p0, p1, c1 - c0)
+        out["cpu_ms_per_unit"] = per_unit(p0, p1, c1 - c0)
     return out
 
 
-def _per_unit(p0: Mapping[str, float], p1: Mapping[str, float], units: int) -> dict[str, float]:
+def per_unit(p0: Mapping[str, float], p1: Mapping[str, float], units: int) -> dict[str, float]:
     return {k: round(1000 * (p1[k] - p0[k]) / units, 3) if units else 0.0 for k in p0}
 
 
@@ -131,7 +140,7 @@ def open_loop(clients: int, make_op: Callable[[int], Op], rate: float,
                            "clients": clients, "errors": errors.count,
                            "first_error": errors.first}
     if probe:
-        out["cpu_ms_per_unit"] = _per_unit(p0, p1, len(samples))
+        out["cpu_ms_per_unit"] = per_unit(p0, p1, len(samples))
     for name in (samples[0].keys() if samples else ()):
         out[f"{name}_ms"] = percentiles([s[name] for s in samples])
     return out

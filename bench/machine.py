@@ -18,8 +18,14 @@ def describe(database_url: str) -> dict[str, Any]:
         "platform": platform.platform(),
         "python": platform.python_version(),
         "postgresql": _pg_version(database_url),
-        "load_average_at_start": list(os.getloadavg()),
+        "load_average_at_start": load_average(),
     }
+
+
+def load_average() -> list[float]:
+    """The 1, 5 and 15 minute load averages: how busy the machine was beside a figure (on
+    2 cores shared with other work, a figure means little without it)."""
+    return [round(v, 2) for v in os.getloadavg()]
 
 
 def _meminfo_total() -> int | None:

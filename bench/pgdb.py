@@ -46,14 +46,18 @@ def clean_env(**settings: str) -> dict[str, str]:
 
 
 @contextmanager
-def bench_database(admin: str | None = None) -> Iterator[str]:
-    """A fresh database at schema head; its SQLAlchemy URL. Dropped on exit."""
+def bench_database(admin: str | None = None, migrate: bool = True) -> Iterator[str]:
+    """A fresh database at schema head (empty without ``migrate``); its SQLAlchemy URL.
+    Dropped on exit."""
     admin = libpq_url(admin or admin_url())
     name = f"txmsg_bench_{os.getpid()}_{uuid.uuid4().hex[:6]}"
     with psycopg.connect(admin, autocommit=True) as conn:
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
     url = sqlalchemy_url(admin.rsplit("/", 1)[0] + "/" + name)
     try:
+        if not migrate:
+            yield url
+            return
         done = subprocess.run([*txmsg_command(), "migrate"], check=False, capture_output=True,
                               env=clean_env(TXMSG_DATABASE_URL=url), text=True, timeout=120)
         if done.returncode != 0:

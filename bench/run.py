@@ -18,11 +18,18 @@ measures, with the same N client threads throughout:
   and retention (``bench.retention``): (b) and (d) with the retention job deleting as
   fast as they write against the same runs without it, and 10M expired rows emptied
   under a paced load (time, worst commit latency).
+  (p) PgQueuer (``bench.pgqueuer_load``) in a database of its own on the same server, in
+      the rounds of (a)-(d), (g), each beside its txmsg measure: publish one job at a
+      time, publish lists of 100, consume with 4 QueueManagers at batch size 100; CPU per
+      1,000 messages of client, service and PostgreSQL for each side; then publish one at
+      a time by both at each of ``sweep_clients``: latency percentiles by concurrency.
 
 Results go to bench/out/results.json with the machine's description. ``--quick`` (or
 TXMSG_BENCH_QUICK=1) is a smoke run of a few seconds per phase; benchmarks measure, the
 test of the quick mode only checks that every figure is there. ``--subscriptions-only``
-runs (b), (d), (g), (h) and the idle long polls alone.
+runs (b), (d), (g), (h) and the idle long polls alone; ``--pgqueuer-only`` the rounds of
+(a)-(d), (g) with PgQueuer's, and the concurrency sweep. ``python -m bench.charts`` draws
+the results into docs/images/bench-*.png.
 """
 
 from __future__ import annotations
@@ -40,7 +47,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from bench import consume, machine, raw, txmsg_load
+from bench import consume, machine, pgqueuer_load, raw, txmsg_load
 from bench.pgdb import admin_url, bench_database, libpq_url
 from bench.procs import Sampler, summarise
 from bench.service import gunicorn, gunicorn_available, serve, serve_with_access_control
@@ -57,7 +64,19 @@ GOALS = {"b_over_a": (">=", 0.25), "d_over_c": (">=", 0.3), "f_scan_ratio": ("<=
          "commit_p99_ms": ("<=", 25.0), "serve_rss_max_deviation": ("<=", 0.2),
          "access_control_overhead_b": ("<=", 0.05), "ingest_over_plain_spark": ("<=", 1.1),
          "b_retention_on_over_off": (">=", 0.9), "d_retention_on_over_off": (">=", 0.9),
-         "g_over_d": (">=", 1.0), "delivery_p99_ms": ("<=", 50.0)}
+         "g_over_d": (">=", 1.0), "delivery_p99_ms": ("<=", 50.0),
+         # issue #24: txmsg against PgQueuer on the same machine and server
+         "b_over_pgqueuer_single": (">=", 0.7), "d_over_pgqueuer_batched": (">=", 0.6),
+         "g_over_pgqueuer_consume": (">=", 1.3)}
+
+# The comparison with PgQueuer: per measure, the result each side's figure comes from
+COMPARED = {
+    "publish_single": {"raw": "a_raw_single_insert", "txmsg": "b_txmsg_send_commit",
+                       "pgqueuer": "p_pgqueuer_publish_single"},
+    "publish_batched": {"raw": "c_raw_batch_insert", "txmsg": "d_txmsg_batch_send_commit",
+                        "pgqueuer": "p_pgqueuer_publish_batched"},
+    "consume": {"txmsg": "g_receive_ack", "pgqueuer": "p_pgqueuer_consume"},
+}
 
 
 @dataclass(frozen=True)
@@ -84,9 +103,11 @@ class Plan:
     latency_seconds: float = 60.0  # (h)
     idle_polls: int = 500
     idle_seconds: float = 10.0
+    sweep_clients: tuple[int, ...] = (1, 4, 16, CLIENTS)  # publish one at a time, (p)
     compare_gunicorn: bool = False
     retention_only: bool = False
     subscriptions_only: bool = False
+    pgqueuer_only: bool = False
     quick: bool = False
 
 
@@ -94,7 +115,7 @@ QUICK = Plan(seconds=1.5, warmup=0.5, rounds=1, paced_seconds=3.0, due_resolved=
              due_pending=1_000, due_repeats=10, checker_backlog=2_000,
              checker_reference_backlog=200, checker_seconds=3.0, ingest_rows=1_000, ingest_rounds=1,
              retention_rounds=1, retention_drain_rows=20_000, latency_seconds=3.0,
-             idle_polls=50, idle_seconds=2.0, quick=True)
+             idle_polls=50, idle_seconds=2.0, sweep_clients=(1, 8), quick=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -107,10 +128,11 @@ def main(argv: list[str] | None = None) -> int:
     _log(f"txmsg bench ({'quick' if plan.quick else 'full'}), {plan.clients} clients, "
          f"{results['machine']['cores']} cores")
     t0 = time.perf_counter()
-    with bench_database(admin) as db:
-        _phases(plan, admin, db, results)
+    with bench_database(admin) as db, bench_database(admin, migrate=False) as pgq_db:
+        _phases(plan, admin, db, pgq_db, results)
     results["total_seconds"] = round(time.perf_counter() - t0, 1)
-    results["load_average_at_end"] = list(os.getloadavg())
+    results["load_average_at_end"] = machine.load_average()
+    results["pgqueuer_comparison"] = _comparison(results)
     results["ratios"] = _ratios(results)
     results["goals"] = _goals(results["ratios"])
     out_path.parent.mkdir(parents=True, exist_ok=True)
@@ -138,6 +160,10 @@ def _parse(argv: list[str] | None) -> tuple[Plan, Path]:
                    help="only the retention phases (and the (b) run that paces them)")
     p.add_argument("--subscriptions-only", action="store_true",
                    help="only (b), (d), (g) in rounds, then (h) and the idle long polls")
+    p.add_argument("--pgqueuer-only", action="store_true",
+                   help="only txmsg against PgQueuer: (a)-(d), (g) and PgQueuer's measures "
+                        "in rounds, then publish one at a time by both at several client "
+                        "counts")
     p.add_argument("--drain-rows", type=int,
                    help="expired rows to empty in the retention drain (default 10M)")
     p.add_argument("--out", type=Path, default=OUT)
@@ -148,11 +174,12 @@ def _parse(argv: list[str] | None) -> tuple[Plan, Path]:
     overrides["retention_drain_rows"] = args.drain_rows
     plan = replace(plan, **{k: v for k, v in overrides.items() if v is not None},
                    compare_gunicorn=args.gunicorn, retention_only=args.retention_only,
-                   subscriptions_only=args.subscriptions_only)
+                   subscriptions_only=args.subscriptions_only,
+                   pgqueuer_only=args.pgqueuer_only)
     return plan, args.out
 
 
-def _phases(plan: Plan, admin: str, db: str, results: dict[str, Any]) -> None:
+def _phases(plan: Plan, admin: str, db: str, pgq_db: str, results: dict[str, Any]) -> None:
     n, secs, warm = plan.clients, plan.seconds, plan.warmup
 
     def phase(name: str, fn: Callable[[], Any]) -> Any:
@@ -164,6 +191,8 @@ def _phases(plan: Plan, admin: str, db: str, results: dict[str, Any]) -> None:
             results["errors"][name] = f"{type(exc).__name__}: {exc}"
             _log(traceback.format_exc())
             return None
+        if isinstance(results[name], dict):
+            results[name].setdefault("load_average", machine.load_average())
         _log(f"   {_brief(results[name])} ({time.perf_counter() - t:.0f}s)")
         return results[name]
 
@@ -173,12 +202,14 @@ def _phases(plan: Plan, admin: str, db: str, results: dict[str, Any]) -> None:
         results["errors"]["serve"] = f"{type(exc).__name__}: {exc}"
         server = None
     secured = None
+    pgq = phase("pgqueuer", lambda: {"version": pgqueuer_load.install(pgq_db)}) \
+        if not (plan.subscriptions_only or plan.retention_only) else None
     try:
-        if not plan.subscriptions_only:
+        if not (plan.subscriptions_only or plan.pgqueuer_only):
             secured = serve_with_access_control(db)
     except Exception as exc:  # noqa: BLE001
         results["errors"]["serve_with_access_control"] = f"{type(exc).__name__}: {exc}"
-    rates: dict[str, float] = {}  # the last round's (d) and (g): how much backlog (g) needs
+    rates: dict[str, float] = {}  # the last round's (d), (g), PgQueuer's consume: the backlogs
 
     def measured(key: str, fn: Callable[[], dict[str, Any]]) -> Callable[[], dict[str, Any]]:
         def run() -> dict[str, Any]:
@@ -192,14 +223,23 @@ def _phases(plan: Plan, admin: str, db: str, results: dict[str, Any]) -> None:
         "a_raw_single_insert": ("per_second", lambda: raw.single_inserts(db, n, secs, warm)),
         "b_txmsg_send_commit": ("per_second",
                                 lambda: txmsg_load.pairs(server, n, secs, warm)),
+        "p_pgqueuer_publish_single": ("messages_per_second", lambda: pgqueuer_load.run(
+            pgq_db, "publish_single", n, secs, warm)),
         "c_raw_batch_insert": ("per_second", lambda: raw.batched_inserts(
             db, n, secs, warm, batch=plan.batch_rows)),
         "d_txmsg_batch_send_commit": ("messages_per_second", measured(
             "d", lambda: txmsg_load.pairs(server, n, secs, warm, messages=plan.batch_rows))),
+        "p_pgqueuer_publish_batched": ("messages_per_second", lambda: pgqueuer_load.run(
+            pgq_db, "publish_batched", n, secs, warm, batch=plan.batch_rows)),
         "g_receive_ack": ("messages_per_second", measured(
             "g", lambda: consume.receive_ack(server, backlog, plan.consumers, secs, warm,
                                              plan.consume_batch,
                                              expected_rate=max(rates.values(), default=0)))),
+        "p_pgqueuer_consume": ("messages_per_second", measured(
+            "p", lambda: pgqueuer_load.run(
+                pgq_db, "consume", plan.consumers, secs, warm, batch=plan.consume_batch,
+                backlog=max(20 * plan.consume_batch * plan.consumers,
+                            int(3 * max(rates.values(), default=0) * (secs + warm)))))),
         "b_access_control_on": ("per_second",
                                 lambda: txmsg_load.pairs(secured, n, secs, warm)),
         "d_access_control_on": ("messages_per_second", lambda: txmsg_load.pairs(
@@ -208,14 +248,22 @@ def _phases(plan: Plan, admin: str, db: str, results: dict[str, Any]) -> None:
     if server is None:
         throughput = {k: v for k, v in throughput.items()
                       if k.startswith(("a_", "c_")) or k.endswith("_on")}
+    if pgq is None:
+        throughput = {k: v for k, v in throughput.items() if not k.startswith("p_")}
     if plan.subscriptions_only:
         throughput = {k: v for k, v in throughput.items() if k.startswith(("b_t", "d_t", "g_"))}
+    if plan.pgqueuer_only:
+        throughput = {k: v for k, v in throughput.items() if not k.endswith("_on")}
     if secured is None:
         throughput = {k: v for k, v in throughput.items() if not k.endswith("_on")}
     if plan.retention_only:
         throughput = {}
     try:
         _throughput_rounds(plan, throughput, phase, results)
+        if server is not None and pgq is not None:
+            phase("latency_by_concurrency", lambda: _sweep(plan, server, pgq_db))
+        if plan.pgqueuer_only:
+            return
         b = results.get("b_txmsg_send_commit")
         if server is not None and b and not plan.subscriptions_only:
             phase("e_commit_latency_half_peak",
@@ -239,7 +287,7 @@ def _phases(plan: Plan, admin: str, db: str, results: dict[str, Any]) -> None:
         for running in (server, secured):
             if running is not None:
                 running.stop()
-    if plan.retention_only or plan.subscriptions_only:
+    if plan.retention_only or plan.subscriptions_only or plan.pgqueuer_only:
         return
     if plan.compare_gunicorn:
         phase("servers_compared", lambda: _compare_servers(db, n, secs, warm))
@@ -281,6 +329,49 @@ def _throughput_rounds(plan: Plan, throughput: dict[str, tuple[str, Callable[[],
             # a failed round is reported in "rounds" by its absence, not as an error
             results["errors"] = {k: v for k, v in results["errors"].items()
                                  if not k.startswith(name)}
+
+
+def _sweep(plan: Plan, server: Any, pgq_db: str) -> dict[str, Any]:
+    """Publishing one message at a time, txmsg (a send + commit pair) and PgQueuer (one
+    enqueue) in turn at each client count: throughput and each call's latency."""
+    out: dict[str, dict[str, Any]] = {"txmsg": {}, "pgqueuer": {}}
+    for clients in plan.sweep_clients:
+        runs = {"txmsg": txmsg_load.pairs(server, clients, plan.seconds, plan.warmup),
+                "pgqueuer": pgqueuer_load.run(pgq_db, "publish_single", clients, plan.seconds,
+                                              plan.warmup)}
+        for side, r in runs.items():
+            out[side][str(clients)] = {"per_second": r["per_second"], "errors": r["errors"],
+                                       "latency_ms": r["latency_ms"],
+                                       "load_average": machine.load_average()}
+    return out
+
+
+def _comparison(r: dict[str, Any]) -> dict[str, Any]:
+    """Per measure, each side's messages/s, the median rounds, and its CPU per 1,000
+    messages (client, service, PostgreSQL, and the whole machine's busy time)."""
+    batch = r["plan"]["batch_rows"]
+    out: dict[str, Any] = {}
+    for measure, sides in COMPARED.items():
+        row: dict[str, Any] = {}
+        for side, key in sides.items():
+            result = r.get(key)
+            if not isinstance(result, dict):
+                continue
+            per_unit_msgs = batch if key == "d_txmsg_batch_send_commit" else 1
+            cpu = result.get("cpu_ms_per_unit") or {}
+            row[side] = {
+                "messages_per_second": result.get("messages_per_second",
+                                                  result.get("per_second")),
+                "rounds": result.get("rounds", []),
+                "cpu_ms_per_1000_messages": {
+                    part: round(cpu[part] * 1000 / per_unit_msgs, 1)
+                    for part in ("clients", "service", "postgres", "machine") if part in cpu},
+                "load_average": result.get("load_average")}
+        if "txmsg" in row and "pgqueuer" in row:
+            row["txmsg_over_pgqueuer"] = _ratio(row["txmsg"]["messages_per_second"],
+                                                row["pgqueuer"]["messages_per_second"])
+        out[measure] = row
+    return out
 
 
 def _paced_with_memory(server: Any, clients: int, rate: float, seconds: float) -> dict[str, Any]:
@@ -369,6 +460,12 @@ def _ratios(r: dict[str, Any]) -> dict[str, Any]:
         "d_retention_on_over_off": _get(r, "retention_throughput", "d_on_over_off"),
         "retention_drain_seconds": _get(r, "retention_drain", "emptied_seconds"),
         "retention_drain_commit_max_ms": _get(r, "retention_drain", "commit_ms_max"),
+        "b_over_pgqueuer_single": _get(r, "pgqueuer_comparison", "publish_single",
+                                       "txmsg_over_pgqueuer"),
+        "d_over_pgqueuer_batched": _get(r, "pgqueuer_comparison", "publish_batched",
+                                        "txmsg_over_pgqueuer"),
+        "g_over_pgqueuer_consume": _get(r, "pgqueuer_comparison", "consume",
+                                        "txmsg_over_pgqueuer"),
         "g_over_d": _ratio(_get(r, "g_receive_ack", "messages_per_second"),
                            _get(r, "d_txmsg_batch_send_commit", "messages_per_second")),
         "delivery_p50_ms": _get(r, "h_delivery_latency_half_peak", "delivery_ms", "p50"),
@@ -463,11 +560,19 @@ def _summary(r: dict[str, Any], out_path: Path) -> None:
          (f"{_get(r, 'ingest', 'incremental', 'seconds')} / "
           f"{_get(r, 'ingest', 'incremental', 'spark_floor_seconds')}")),
     ]
-    partial = r["plan"]["subscriptions_only"] or r["plan"]["retention_only"]
+    partial = r["plan"]["subscriptions_only"] or r["plan"]["retention_only"] \
+        or r["plan"]["pgqueuer_only"]
     for label, value in rows:
         if partial and not re.search(r"\d", str(value)):
             continue  # a phase this run leaves out
         print(f"  {label:46s} {value}")
+    for measure, row in r.get("pgqueuer_comparison", {}).items():
+        for side in ("raw", "txmsg", "pgqueuer"):
+            if side in row:
+                cpu = row[side]["cpu_ms_per_1000_messages"]
+                print(f"  {measure + ' ' + side + ' msgs/s':46s} "
+                      f"{row[side]['messages_per_second']} (CPU ms per 1,000: "
+                      + ", ".join(f"{k} {v}" for k, v in cpu.items()) + ")")
     for name, result in (r.get("servers_compared") or {}).items():
         print(f"  {'(b) on ' + name:46s} {result.get('per_second')}")
     for name, g in r["goals"].items():

@@ -31,10 +31,11 @@ from apscheduler.executors.pool import ThreadPoolExecutor as JobExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
 from sqlalchemy import Engine
 
-from app import metrics
+from app import metrics, tracing
 from app.config import Settings
+from app.domain import spans
 from app.domain.callback_policy import CallbackPolicy
-from app.domain.checks import DB_ERRORS, Checks, Claim
+from app.domain.checks import DB_ERRORS, Checks, Claim, Delivery
 from app.domain.lifecycle import utcnow
 from app.domain.retention import Retention
 from app.errors import one_line
@@ -180,6 +181,16 @@ class CheckService:
         delivery = self.checks.delivery(claim)
         if delivery is None:
             return
+        if tracing.TRACER is not None:  # the commit or rollback it leads to: a child span
+            with spans.checking(claim.group, claim.transaction_id, claim.number,
+                                delivery.body["messages"]) as span:
+                answer = self._ask(claim, delivery)
+                spans.checked(span, answer.result.value, answer.resolution.value)
+            return
+        self._ask(claim, delivery)
+
+    def _ask(self, claim: Claim, delivery: Delivery) -> Answer:
+        """Ask the producer, and record its answer."""
         started = time.perf_counter()
         answer = self._caller().ask(claim.urls, delivery.body, claim.timeout, delivery.signer)
         seconds = time.perf_counter() - started
@@ -187,6 +198,7 @@ class CheckService:
         self.checks.record(claim, result=answer.result.value, resolution=answer.resolution,
                            url=answer.url, detail=answer.detail,
                            duration_ms=round(seconds * 1000, 3))
+        return answer
 
     def _caller(self) -> callback.Caller:
         caller = getattr(self._local, "caller", None)

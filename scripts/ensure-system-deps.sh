@@ -33,6 +33,30 @@ if ! command -v promtool >/dev/null 2>&1; then
   fi
 fi
 
+# the high-availability tests (tests/ha) and deploy/patroni, deploy/haproxy run Debian's
+# Patroni, etcd and HAProxy; the tests start their own instances, so the system services
+# these packages enable on install are stopped and disabled
+ha_need=()
+command -v patroni >/dev/null 2>&1 || ha_need+=(patroni)
+command -v etcd >/dev/null 2>&1 || ha_need+=(etcd-server)
+command -v haproxy >/dev/null 2>&1 || ha_need+=(haproxy)
+if [ ${#ha_need[@]} -gt 0 ]; then
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  echo "installing from Debian: ${ha_need[*]}"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends \
+    "${ha_need[@]}" >/dev/null
+  for service in patroni etcd haproxy; do
+    if command -v systemctl >/dev/null 2>&1; then
+      $sudo systemctl disable --now "$service" >/dev/null 2>&1 || true
+    fi
+    if command -v service >/dev/null 2>&1; then
+      $sudo service "$service" stop >/dev/null 2>&1 || true
+    fi
+  done
+fi
+
 if [ "${TXMSG_SKIP_POSTGRES:-}" != "1" ] && command -v pg_isready >/dev/null 2>&1; then
   if ! pg_isready -q -h 127.0.0.1 -p 5432; then
     if command -v pg_ctlcluster >/dev/null 2>&1 && [ -d /etc/postgresql ]; then

@@ -12,9 +12,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import URL, make_url
 
 from app.config import Settings
+from app.storage.db import read_settings
 from spark_outbox.errors import EXIT_CANNOT_RUN, IngestError
 from spark_outbox.plan import TopicRange
 
@@ -85,7 +86,10 @@ def range_predicate(ranges: Sequence[TopicRange]) -> str:
 
 
 def jdbc_source(settings: Settings) -> JdbcSource:
-    """The JDBC form of ``TXMSG_DATABASE_URL`` (SQLAlchemy syntax) and its driver jar."""
+    """The JDBC form of ``TXMSG_READ_DATABASE_URL`` (a hot standby), else of
+    ``TXMSG_DATABASE_URL`` (SQLAlchemy syntax), and its driver jar. The watermarks are read
+    there too, so a run plans from what the standby shows and stays exact."""
+    settings = read_settings(settings)
     try:
         url = make_url(settings.database_url)
     except Exception as exc:
@@ -108,15 +112,34 @@ def jdbc_source(settings: Settings) -> JdbcSource:
             props["user"] = url.username
         if url.password:
             props["password"] = str(url.password)
-        host = url.host or "localhost"
-        if ":" in host:  # an IPv6 address
-            host = f"[{host}]"
         return JdbcSource(POSTGRESQL,
-                          f"jdbc:postgresql://{host}:{url.port or 5432}/{url.database or ''}",
+                          f"jdbc:postgresql://{_jdbc_hosts(url, props)}/{url.database or ''}",
                           Path(settings.postgresql_jdbc_jar), display, properties=props,
                           settings=settings)
     raise IngestError(f"txmsg ingest reads PostgreSQL or SQLite, not {backend!r} "
                       f"({display})", EXIT_CANNOT_RUN)
+
+
+def _jdbc_hosts(url: URL, props: dict[str, str]) -> str:
+    """``host:port`` (pgjdbc's list of them for libpq's multi-host form, ``?host=h1:p1&
+    host=h2:p2``, with ``target_session_attrs`` as pgjdbc's ``targetServerType``)."""
+    props.pop("host", None)
+    attrs = props.pop("target_session_attrs", None)
+    if attrs is not None:
+        props["targetServerType"] = _TARGET_SERVER_TYPES.get(attrs, "any")
+    listed = url.query.get("host")
+    if listed:
+        return ",".join([listed] if isinstance(listed, str) else list(listed))
+    host = url.host or "localhost"
+    if ":" in host:  # an IPv6 address
+        host = f"[{host}]"
+    return f"{host}:{url.port or 5432}"
+
+
+# libpq's target_session_attrs → pgjdbc's targetServerType
+_TARGET_SERVER_TYPES = {"read-write": "primary", "primary": "primary", "any": "any",
+                        "read-only": "secondary", "standby": "secondary",
+                        "prefer-standby": "preferSecondary"}
 
 
 def checked_source(settings: Settings) -> JdbcSource:

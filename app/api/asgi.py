@@ -54,6 +54,7 @@ from werkzeug.exceptions import (
     RequestURITooLarge,
 )
 
+from app import tracing
 from app.api import telemetry
 from app.api.access import authorize, bearer_token, route_access, unauthenticated
 from app.api.bodies import body_limit
@@ -236,6 +237,7 @@ class Api:
                 self._state.close()  # the writers finish what they hold, then stop
                 for pool in (self._receivers, self._threads, self._probe_threads):
                     pool.shutdown(wait=False, cancel_futures=True)
+                tracing.shutdown()  # the spans still buffered are exported
                 await send({"type": "lifespan.shutdown.complete"})
                 return
 

@@ -23,8 +23,9 @@ import logging
 from concurrent.futures import Executor
 from typing import Any
 
+from app import tracing
 from app.api.call import Call
-from app.domain import subscriptions
+from app.domain import spans, subscriptions
 from app.domain.wakeups import PROBED, RECHECK_SECONDS, TopicSignal
 from app.errors import ApiError
 
@@ -41,12 +42,22 @@ async def long_poll(call: Call, topic: str, name: str, max_messages: int,
     signal = app_state.signal
     while True:
         seen = signal.version(topic)
-        received: subscriptions.Received = await call.run(
-            app_state.subscriptions.receive, topic, name, max_messages)
+        received: subscriptions.Received = await call.run(_look, app_state, topic, name,
+                                                          max_messages)
         left = deadline - loop.time()
         if received.messages or left <= 0 or call.wait is None:
             return {"messages": received.messages}
         await call.wait(topic, name, seen, left)
+
+
+def _look(app_state: Any, topic: str, name: str, max_messages: int) -> subscriptions.Received:
+    """One look at the database: what it leased (a span for it, when tracing)."""
+    started = spans.now_ns() if tracing.TRACER is not None else 0
+    received: subscriptions.Received = app_state.subscriptions.receive(topic, name,
+                                                                       max_messages)
+    if started and received.messages:
+        spans.received(topic, name, received.messages, started)
+    return received
 
 
 class Waits:

@@ -150,8 +150,8 @@ class _Builder:
             responses[status] = self.problem(f"{text} Codes: {codes}." if codes else text)
         op: dict[str, Any] = {"operationId": route.name, "tags": [route.tag],
                               "summary": route.summary, "responses": responses}
-        if route.query:
-            op["parameters"] = _parameter_refs(*route.query)
+        if route.parameters:
+            op["parameters"] = _parameter_refs(*route.parameters)
         if route.body is not None:
             media: dict[str, Any] = {"schema": (
                 {"oneOf": [self.components.request(tp) for tp in route.body]}
@@ -214,6 +214,23 @@ class _Builder:
             "after_topic": query("after",
                                  "Cursor: the previous page's `next_after` (a topic name).",
                                  self.components.request(Name)),
+            "traceparent": {
+                "name": "traceparent", "in": "header", "required": False,
+                "description": (
+                    "W3C trace context: stored with each message as its `traceparent` "
+                    "property unless the message sets `traceparent` or `tracestate` (or has "
+                    "no room left within the property limits). Not valid per W3C (version-traceid-parentid-flags, "
+                    "lower-case hex, ids not all zeros): ignored, with `tracestate`; never "
+                    "a 400. Not part of what makes a retried send the same."),
+                "schema": {"type": "string"},
+                "example": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"},
+            "tracestate": {
+                "name": "tracestate", "in": "header", "required": False,
+                "description": (
+                    "W3C trace context: stored as the `tracestate` property with a valid "
+                    "`traceparent`, unless the message sets `traceparent` or `tracestate`. "
+                    "Over 512 characters, over 32 members or not printable ASCII: ignored."),
+                "schema": {"type": "string"}, "example": "congo=t61rcWkgMzE"},
             # inline, not the State component: a query parameter's schema stays plain
             "state": query("state", "Only transactions in this state.",
                            {"type": "string", "enum": [s.value for s in State]}),

@@ -76,7 +76,8 @@ class Route:
     problems: Mapping[str, str]  # status → the problem codes this route may answer with it
     body: Any = None  # the request body's model (a tuple: one of them)
     body_required: bool = True
-    query: tuple[str, ...] = ()  # its query parameters (``app.api.openapi``'s names)
+    # its query and header parameters (``app.api.openapi``'s names for them)
+    parameters: tuple[str, ...] = ()
     # what Flask runs (on the request's thread) when ``handler`` is async
     threaded: Handler | None = None
     carries_messages: bool = False  # takes a send's body limit, not a small one's
@@ -177,11 +178,11 @@ ROUTES: tuple[Route, ...] = (
            "413": "body_too_large, payload_too_large",
            "422": "unregistered_producer_group", **_DB},
           body=(TransactionIn, SingleMessageTransactionIn),
-          threaded=transactions.send_threaded, carries_messages=True, quiet=True),
+          parameters=("traceparent", "tracestate"), threaded=transactions.send_threaded, carries_messages=True, quiet=True),
     Route("GET", _TXNS, _PRODUCE, transactions.list_transactions, "listTransactions",
           "transactions", "The group's transactions, oldest first", {"200": TransactionList},
           {"400": f"{_GROUP}, invalid_query_parameter", **_DB},
-          query=("state", "after", "limit")),
+          parameters=("state", "after", "limit")),
     Route("GET", _TXN, _PRODUCE, transactions.get_transaction, "getTransaction",
           "transactions", "One transaction with its state, check count and messages",
           {"200": Transaction}, {"400": _TXN_PATH, "404": "transaction_not_found", **_DB}),
@@ -206,7 +207,7 @@ ROUTES: tuple[Route, ...] = (
         "consume:{topic} (lists only the topics the token may consume)", forbids=False),
           topics.list_topics, "listTopics", "topics", "Topics with their next offset, by name",
           {"200": TopicList}, {"400": "invalid_query_parameter", **_DB},
-          query=("after_topic", "limit")),
+          parameters=("after_topic", "limit")),
     Route("GET", "/v1/topics/{topic}", _CONSUME, topics.get_topic, "getTopic", "topics",
           "A topic's retained offsets and its retention", {"200": Topic},
           {"400": "invalid_topic, reserved_topic", "404": "topic_not_found", **_DB}),
@@ -219,11 +220,11 @@ ROUTES: tuple[Route, ...] = (
           "TXMSG_MAX_READ_BYTES of bodies but at least one; the next page starts at "
           "`next_offset` (unknown topic: empty page)", {"200": TopicPage},
           {"400": "invalid_topic, reserved_topic, invalid_query_parameter", **_DB},
-          query=("from_offset", "limit")),
+          parameters=("from_offset", "limit")),
     Route("GET", _SUBS, _CONSUME, subscriptions.list_subscriptions, "listSubscriptions",
           "subscriptions", "The topic's subscriptions by name", {"200": SubscriptionList},
           {"400": "invalid_topic, reserved_topic, invalid_query_parameter", **_DB},
-          query=("after_subscription", "limit")),
+          parameters=("after_subscription", "limit")),
     Route("PUT", _SUB, _CONSUME, subscriptions.put_subscription, "putSubscription",
           "subscriptions", "Create a subscription (201) or change its settings (200)",
           {"201": (Subscription, "Created."),
@@ -260,7 +261,7 @@ ROUTES: tuple[Route, ...] = (
            **_DB}, body=TokenIn),
     Route("GET", "/v1/tokens", requires(ADMIN), tokens.list_tokens, "listTokens", "tokens",
           "The tokens, oldest first, without their secrets", {"200": TokenList},
-          {"400": "invalid_query_parameter", **_DB}, query=("after", "limit")),
+          {"400": "invalid_query_parameter", **_DB}, parameters=("after", "limit")),
     Route("DELETE", "/v1/tokens/{token_id}", requires(ADMIN), tokens.revoke_token,
           "revokeToken", "tokens", "Revoke a token (refused by every process within 5 s)",
           {"204": {"description": "Revoked."}},

@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import asyncio
 
+from app import tracing
 from app.api.call import Answer, Call
 from app.api.http import parse_json
 from app.api.longpoll import long_poll
+from app.api.tracing import request_trace
+from app.domain import spans
 from app.domain import subscriptions as subs
 from app.domain.messages import parse_body
 from app.domain.names import check_readable_topic, is_valid_name
@@ -76,6 +79,9 @@ def ack(call: Call) -> Answer:
     """Acknowledge offsets; ``acked``: how many were not acknowledged before."""
     topic, name = _names(call)
     offsets = parse_body(subs.OffsetsIn, parse_json(call.body)).offsets
+    if tracing.TRACER is not None:  # the ack's span is the request's trace's child
+        with spans.acking(topic, name, offsets, request_trace(call.headers)):
+            return 200, {"acked": call.state.subscriptions.ack(topic, name, offsets)}
     return 200, {"acked": call.state.subscriptions.ack(topic, name, offsets)}
 
 

@@ -9,29 +9,35 @@ from __future__ import annotations
 
 from app.api.call import Answer, Call
 from app.api.http import parse_json
+from app.api.tracing import request_trace
 from app.domain import reads
 from app.domain.access import CONSUME
 from app.domain.lifecycle import SendResult
 from app.domain.messages import TransactionIn, parse_transaction
 from app.domain.names import check_group_name, check_transaction_id
+from app.domain.trace_context import TraceContext, stamp
 from app.errors import Forbidden
 from app.vocabulary import Op
 
 
-def _send_request(call: Call) -> tuple[str, TransactionIn]:
-    """The group and the transaction to store; acks in a send act on subscriptions, so
-    each acked topic needs ``consume:<topic>`` as well."""
+def _send_request(call: Call) -> tuple[str, TransactionIn, TraceContext | None]:
+    """The group and the transaction to store, its messages carrying the request's trace
+    context (``app.domain.trace_context``), and that context; acks in a send act on
+    subscriptions, so each acked topic needs ``consume:<topic>`` as well."""
     group = check_group_name(call.params["group"])
     lifecycle = call.state.lifecycle
+    trace = request_trace(call.headers)
     txn = parse_transaction(parse_json(call.body),
                             max_body_bytes=lifecycle.settings.max_body_bytes,
                             callback_policy=lifecycle.callback_policy)
+    if trace is not None:
+        txn = stamp(txn, trace)
     for topic, _ in txn.ack_set() if txn.acks else ():
         if not call.principal.may(CONSUME, topic):
             scope = f"{CONSUME}:{topic}"
             raise Forbidden(f"acks on topic {topic!r} need the scope {scope!r}",
                             required_scope=scope)
-    return group, txn
+    return group, txn, trace
 
 
 def _sent(result: SendResult) -> Answer:
@@ -41,13 +47,13 @@ def _sent(result: SendResult) -> Answer:
 
 async def send(call: Call) -> Answer:
     """Store half messages (with acks: each acked topic needs consume:<topic> too)."""
-    group, txn = _send_request(call)
-    return _sent(await call.state.lifecycle.send_async(group, txn))
+    group, txn, trace = _send_request(call)
+    return _sent(await call.state.lifecycle.send_async(group, txn, trace))
 
 
 def send_threaded(call: Call) -> Answer:
-    group, txn = _send_request(call)
-    return _sent(call.state.lifecycle.send(group, txn))
+    group, txn, trace = _send_request(call)
+    return _sent(call.state.lifecycle.send(group, txn, trace))
 
 
 def _names(call: Call) -> tuple[str, str]:
@@ -57,13 +63,15 @@ def _names(call: Call) -> tuple[str, str]:
 
 async def _finish_async(call: Call, op: Op) -> Answer:
     group, transaction_id = _names(call)
-    return 200, (await call.state.lifecycle.finish_async(group, transaction_id, op)).body
+    return 200, (await call.state.lifecycle.finish_async(group, transaction_id, op,
+                                                         request_trace(call.headers))).body
 
 
 def _finish(call: Call, op: Op) -> Answer:
     """Commit, roll back or resume checks (always 200)."""
     group, transaction_id = _names(call)
-    return 200, call.state.lifecycle.finish(group, transaction_id, op).body
+    return 200, call.state.lifecycle.finish(group, transaction_id, op,
+                                            trace=request_trace(call.headers)).body
 
 
 async def commit(call: Call) -> Answer:

@@ -75,7 +75,7 @@ def serve(host: str, port: int, no_checker: bool, no_migrate: bool, workers: int
     from granian.constants import Interfaces
     from granian.http import HTTP1Settings
 
-    from app import logs
+    from app import logs, tracing
 
     if not no_migrate:
         _migrate_once_reachable(settings)
@@ -83,6 +83,7 @@ def serve(host: str, port: int, no_checker: bool, no_migrate: bool, workers: int
     if not no_checker:
         from checker.service import CheckService
 
+        tracing.install()  # the checker's spans (the web workers install their own)
         service = CheckService(settings)
         service.start()
     asgi = settings.web_interface == "asgi"
@@ -109,6 +110,7 @@ def serve(host: str, port: int, no_checker: bool, no_migrate: bool, workers: int
     finally:
         if service is not None:
             service.shutdown()
+            tracing.shutdown()
         shutil.rmtree(metrics_dir, ignore_errors=True)
 
 
@@ -149,9 +151,14 @@ def _migrate_once_reachable(settings) -> None:  # type: ignore[no-untyped-def]
 @main.command()
 def checker() -> None:
     """Run the check service alone (no API)."""
+    from app import tracing
     from checker.service import CheckService
 
-    CheckService(_settings()).run_forever()
+    tracing.install()
+    try:
+        CheckService(_settings()).run_forever()
+    finally:
+        tracing.shutdown()
 
 
 @main.command()

@@ -18,13 +18,14 @@ from typing import Any
 import orjson
 from sqlalchemy import Connection, Engine
 
-from app import metrics
+from app import metrics, tracing
 from app.config import Settings
-from app.domain import states, subscriptions
+from app.domain import spans, states, subscriptions
 from app.domain.callback_policy import CallbackPolicy
 from app.domain.messages import TransactionIn
 from app.domain.names import DISCARD_TOPIC
 from app.domain.states import Outcome
+from app.domain.trace_context import TraceContext
 from app.domain.wakeups import TopicSignal
 from app.errors import ApiError, Conflict, NotFound, UnregisteredProducerGroup
 from app.storage import finishes, groups, notices, reads, sends
@@ -219,6 +220,9 @@ def apply_finishes(conn: Connection, cmds: Sequence[FinishCmd]) -> list[FinishRe
                                   message_count=row.message_count, created_at=row.created_at)
             if released and row.id in acks.released:
                 result.extra["released_topics"] = released  # of the whole batch: a hint
+            if tracing.TRACER is not None and outcome is Outcome.APPLY:
+                result.extra[spans.STORED_TRACES] = spans.stored_traces(
+                    [m.properties for m in messages.get(row.id, ())])
             out.append(result)
     return out
 
@@ -315,14 +319,29 @@ class Lifecycle:
             on_depth=metrics.QUEUE_DEPTH.labels("finish").set,
             timeout=settings.db_write_timeout_seconds)
 
-    def send(self, group: str, request: TransactionIn) -> SendResult:
+    def send(self, group: str, request: TransactionIn,
+             trace: TraceContext | None = None) -> SendResult:
+        """Store ``request``'s half messages; ``trace``: the request's trace context."""
+        if tracing.TRACER is not None:
+            with spans.sending(group, request, trace) as span:
+                return spans.sent(span, self._send(group, request))
+        return self._send(group, request)
+
+    def _send(self, group: str, request: TransactionIn) -> SendResult:
         cmd = self._send_cmd(group, request)
         if request.acks:
             return self._sent(request, self._send_holding(cmd))
         return self._sent(request, self.send_writer.submit(cmd))
 
-    async def send_async(self, group: str, request: TransactionIn) -> SendResult:
+    async def send_async(self, group: str, request: TransactionIn,
+                         trace: TraceContext | None = None) -> SendResult:
         """``send`` for a coroutine (the ASGI front): same batches, no thread held."""
+        if tracing.TRACER is not None:
+            with spans.sending(group, request, trace) as span:
+                return spans.sent(span, await self._send_async(group, request))
+        return await self._send_async(group, request)
+
+    async def _send_async(self, group: str, request: TransactionIn) -> SendResult:
         cmd = self._send_cmd(group, request)
         if request.acks:
             return self._sent(request, await asyncio.get_running_loop().run_in_executor(
@@ -356,15 +375,24 @@ class Lifecycle:
         return result
 
     def finish(self, group: str, transaction_id: str, op: Op, *, source: str = "api",
-               check_times: int | None = None) -> FinishResult:
+               check_times: int | None = None,
+               trace: TraceContext | None = None) -> FinishResult:
         """Commit, roll back, discard or resume one transaction (API and checker alike)."""
-        return self._finished(op, self.finish_writer.submit(
-            FinishCmd(group, transaction_id, op, source, check_times)))
+        cmd = FinishCmd(group, transaction_id, op, source, check_times)
+        if tracing.TRACER is not None:
+            with spans.finishing(group, transaction_id, op, trace) as span:
+                return spans.finished(span, self._finished(op, self.finish_writer.submit(cmd)))
+        return self._finished(op, self.finish_writer.submit(cmd))
 
-    async def finish_async(self, group: str, transaction_id: str, op: Op) -> FinishResult:
+    async def finish_async(self, group: str, transaction_id: str, op: Op,
+                           trace: TraceContext | None = None) -> FinishResult:
         """``finish`` of an API request, for a coroutine (the ASGI front)."""
-        return self._finished(op, await self.finish_writer.submit_async(
-            FinishCmd(group, transaction_id, op)))
+        cmd = FinishCmd(group, transaction_id, op)
+        if tracing.TRACER is not None:
+            with spans.finishing(group, transaction_id, op, trace) as span:
+                return spans.finished(span, self._finished(
+                    op, await self.finish_writer.submit_async(cmd)))
+        return self._finished(op, await self.finish_writer.submit_async(cmd))
 
     def _finished(self, op: Op, result: FinishResult) -> FinishResult:
         if result.applied:

@@ -48,6 +48,9 @@ MAX_CHECK_URLS = 16
 MAX_DELIVER_AFTER_MS = 864_000_000  # ten days
 MAX_ACK_OFFSETS = 1000
 MAX_OFFSET = 2**63 - 1
+# a message's W3C trace context (app.domain.trace_context): not part of a send's identity
+TRACEPARENT = "traceparent"
+TRACESTATE = "tracestate"
 
 _STRICT = ConfigDict(strict=True, extra="forbid", frozen=True)
 M = TypeVar("M", bound=BaseModel)
@@ -275,10 +278,14 @@ class TransactionIn(TransactionOptions):
         return {k: sorted(v) for k, v in sorted(out.items())}
 
     def fingerprint(self) -> str:
-        """What makes a retried send "the same": its messages and acks, not its options."""
+        """What makes a retried send "the same": its messages and acks, not its options,
+        nor its trace context (a retry runs under another span)."""
         h = hashlib.sha256()
         for m in self.messages:
-            h.update(orjson.dumps([m.topic, m.body_is_text, m.keys, m.tag, m.properties],
+            props = m.properties
+            if TRACEPARENT in props or TRACESTATE in props:
+                props = {k: v for k, v in props.items() if k not in (TRACEPARENT, TRACESTATE)}
+            h.update(orjson.dumps([m.topic, m.body_is_text, m.keys, m.tag, props],
                                   option=orjson.OPT_SORT_KEYS))
             h.update(hashlib.sha256(m.raw_body).digest())
             if m.deliver_after_ms is not None or m.deliver_at is not None:

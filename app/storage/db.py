@@ -69,6 +69,25 @@ def make_engine(settings: Settings, *, pool: bool = True, domain_errors: bool = 
     return raising_unavailable(engine) if domain_errors else engine
 
 
+def make_read_engine(settings: Settings, primary: Engine) -> Engine:
+    """The engine of reads that may lag (a hot standby: TXMSG_READ_DATABASE_URL), else
+    ``primary`` itself.
+
+    A standby replays the primary's commits in their order, and a topic's offsets are
+    given out in commit order (one commit at a time per topic), so what a snapshot of the
+    standby shows of a topic is a prefix of its log: dense, like the primary's."""
+    if not settings.read_database_url:
+        return primary
+    return make_engine(read_settings(settings))
+
+
+def read_settings(settings: Settings) -> Settings:
+    """These settings with the read URL as the database (unchanged without one)."""
+    if not settings.read_database_url:
+        return settings
+    return settings.model_copy(update={"database_url": settings.read_database_url})
+
+
 def pg_connect_args(settings: Settings, options: str) -> dict[str, object]:
     """libpq parameters that bound every wait on the network: the connection attempt, data
     the server does not acknowledge (tcp_user_timeout) and an answer that never comes on a

@@ -31,6 +31,7 @@ from typing import Any
 
 import orjson
 import psycopg
+from psycopg.conninfo import make_conninfo
 from sqlalchemy import Engine
 
 from app.config import Settings
@@ -51,18 +52,22 @@ _FIRST_RETRY_SECONDS, _MAX_RETRY_SECONDS = 0.5, 10.0
 Topics = Callable[[list[str]], None]
 
 
-def libpq_url(engine: Engine) -> str | None:
-    """The engine's PostgreSQL database as a libpq URL, password included (psycopg does not
-    take SQLAlchemy's ``+driver``); None for any other database."""
+def libpq_conninfo(engine: Engine) -> str | None:
+    """The engine's PostgreSQL database as a libpq connection string, password included;
+    None for any other database. Made from the dialect's own connection arguments, so a
+    multi-host URL (``?host=h1:5432&host=h2:5432&target_session_attrs=read-write``) gives
+    libpq every host and port, and this connection follows the primary as the engine's do."""
     if engine.dialect.name != "postgresql":
         return None
-    return engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
+    _, params = engine.dialect.create_connect_args(engine.url)
+    params.pop("context", None)  # psycopg's adapters, not a libpq parameter
+    return make_conninfo(**params)
 
 
 def publisher(engine: Engine, settings: Settings) -> Publisher | None:
     """A publisher for the engine's database (not started until it has topics to send);
     None on SQLite."""
-    url = libpq_url(engine)
+    url = libpq_conninfo(engine)
     return None if url is None else Publisher(url, settings)
 
 
@@ -70,7 +75,7 @@ def listener(engine: Engine, settings: Settings, callback: Topics, *, ignore: st
              ) -> Listener | None:
     """A started listener on the engine's database, which hands ``callback`` the topics of
     the notifications not sent by ``ignore`` (a publisher's ``origin``); None on SQLite."""
-    url = libpq_url(engine)
+    url = libpq_conninfo(engine)
     if url is None:
         return None
     found = Listener(url, settings, callback, ignore=ignore)

@@ -237,8 +237,8 @@ def _only(action: str) -> frozenset[str] | None:
 @public
 def overview() -> str:
     """Topics, transactions by state, the oldest PREPARED one, the last hour's checks."""
-    view = dashboard.overview(state().engine, _only(PRODUCE), _only(CONSUME))
-    waiting = dashboard.subscriptions_with_backlog(state().engine, _only(CONSUME))
+    view = dashboard.overview(state().reader, _only(PRODUCE), _only(CONSUME))
+    waiting = dashboard.subscriptions_with_backlog(state().reader, _only(CONSUME))
     return render_template("overview.html", view=view, waiting=waiting,
                            waiting_limit=dashboard.OVERVIEW_SUBSCRIPTIONS)
 
@@ -257,7 +257,7 @@ def _transactions_page(title: str, fixed_state: State | None) -> str:
     group = dashboard.parse_group(request.args.get("group"))
     wanted = fixed_state or dashboard.parse_state(request.args.get("state"))
     search = request.args.get("q", "").strip() or None
-    page = dashboard.transactions(state().engine, _only(PRODUCE), group=group, state=wanted,
+    page = dashboard.transactions(state().reader, _only(PRODUCE), group=group, state=wanted,
                                   search=search, before=_before())
     return render_template("transactions.html", title=title, page=page, group=group,
                            state=wanted, search=search, fixed_state=fixed_state,
@@ -286,7 +286,7 @@ def transaction(group: str, transaction_id: str) -> str:
     check_group_name(group)
     check_transaction_id(transaction_id)
     _require(PRODUCE, group)
-    view = dashboard.transaction(state().engine, group, transaction_id)
+    view = dashboard.transaction(state().reader, group, transaction_id)
     offered = [(name, op) for name, op in ACTIONS.items()
                if states.offered(State(view.transaction.state), op)]
     return render_template("transaction.html", view=view, offered=offered)
@@ -325,7 +325,7 @@ def act(group: str, transaction_id: str, action: str) -> BaseResponse | str:
 def topics() -> str:
     """Topics the viewer may read, with their offsets and last hour's messages."""
     return render_template("topics.html",
-                           lines=dashboard.topics(state().engine, _only(CONSUME)))
+                           lines=dashboard.topics(state().reader, _only(CONSUME)))
 
 
 @bp.get("/topics/<topic>")
@@ -338,8 +338,8 @@ def topic(topic: str) -> str:
     if raw and (not raw.isdigit() or len(raw) > 18):
         raise InvalidRequest(f"from_offset must be an offset, got {raw[:40]!r}",
                              code="invalid_query_parameter", parameter="from_offset")
-    page = dashboard.browse(state().engine, topic, int(raw) if raw else None)
-    subscriptions = dashboard.topic_subscriptions(state().engine, topic)
+    page = dashboard.browse(state().reader, topic, int(raw) if raw else None)
+    subscriptions = dashboard.topic_subscriptions(state().reader, topic)
     return render_template("topic.html", page=page, limit=dashboard.PAGE,
                            subscriptions=subscriptions)
 
@@ -351,7 +351,7 @@ def message(message_id: str) -> str:
     if len(message_id) > 64 or not message_id.isalnum():
         raise InvalidRequest(f"{message_id[:64]!r} is not a message id",
                              code="invalid_message_id")
-    shown = dashboard.message(state().engine, message_id)
+    shown = dashboard.message(state().reader, message_id)
     if not any(viewer().may(CONSUME, e["topic"]) for e in shown["discarded_to"]):
         reads.check_may_read(viewer(), shown, message_id)
     return render_template("message.html", m=shown)
@@ -364,7 +364,7 @@ def groups() -> str:
     after = request.args.get("after", "")
     if after:
         dashboard.parse_group(after)
-    shown, following = dashboard.groups(state().engine, _only(PRODUCE), after)
+    shown, following = dashboard.groups(state().reader, _only(PRODUCE), after)
     return render_template("groups.html", groups=shown, following=following)
 
 

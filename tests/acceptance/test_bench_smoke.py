@@ -17,8 +17,10 @@ from tests.databases import PG_ADMIN_URL
 ROOT = Path(__file__).resolve().parents[2]
 
 
+# the quick run takes about a minute on a quiet machine, four with its 2 cores shared
 @pytest.mark.slow
 @pytest.mark.postgres
+@pytest.mark.timeout(600)
 def test_quick_bench_reports_every_figure(pg_database: str, tmp_path: Path) -> None:
     # pg_database: PostgreSQL is reachable (else skipped, or failed in CI)
     out = tmp_path / "results.json"
@@ -28,7 +30,7 @@ def test_quick_bench_reports_every_figure(pg_database: str, tmp_path: Path) -> N
                             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
     try:
-        stdout, stderr = proc.communicate(timeout=280)
+        stdout, stderr = proc.communicate(timeout=480)
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -92,6 +94,39 @@ def test_quick_bench_reports_every_figure(pg_database: str, tmp_path: Path) -> N
         assert r["ratios"][name] is not None, name
     assert set(r["goals"]) >= {"b_over_a", "d_over_c", "f_scan_ratio", "commit_p99_ms",
                                "access_control_overhead_b", "g_over_d", "delivery_p99_ms"}
+    # PgQueuer beside txmsg, in the same rounds, CPU per 1,000 messages on each side
+    assert r["pgqueuer"]["version"]
+    for key in ("p_pgqueuer_publish_single", "p_pgqueuer_publish_batched", "p_pgqueuer_consume"):
+        assert r[key]["errors"] == 0 and r[key]["messages_per_second"] > 0, r[key]
+        assert r[key]["load_average"], key
+    assert r["p_pgqueuer_publish_batched"]["batch"] == r["p_pgqueuer_consume"]["batch"] == 100
+    assert r["p_pgqueuer_consume"]["clients"] == g["clients"]
+    comparison = r["pgqueuer_comparison"]
+    for measure in ("publish_single", "publish_batched", "consume"):
+        row = comparison[measure]
+        for side in ("txmsg", "pgqueuer"):
+            cpu = row[side]["cpu_ms_per_1000_messages"]
+            assert cpu["clients"] > 0 and cpu["postgres"] > 0, (measure, side, cpu)
+        assert row["txmsg"]["cpu_ms_per_1000_messages"]["service"] > 0, measure
+        assert "service" not in row["pgqueuer"]["cpu_ms_per_1000_messages"]
+        assert row["txmsg_over_pgqueuer"] > 0
+    assert comparison["publish_single"]["raw"]["messages_per_second"] > 0
+    sweep = r["latency_by_concurrency"]
+    for side in ("txmsg", "pgqueuer"):
+        assert set(sweep[side]) == {str(c) for c in r["plan"]["sweep_clients"]}
+        for point in sweep[side].values():
+            assert point["errors"] == 0 and 0 < point["latency_ms"]["p50"] <= \
+                point["latency_ms"]["p99"]
+    assert set(r["goals"]) >= {"b_over_pgqueuer_single", "d_over_pgqueuer_batched",
+                               "g_over_pgqueuer_consume"}
+    # and `make bench` draws them
+    charts = tmp_path / "images"
+    drawn = subprocess.run([sys.executable, "-m", "bench.charts", "--results", str(out),
+                            "--out-dir", str(charts)], cwd=ROOT, capture_output=True,
+                           text=True, timeout=120, check=False)
+    assert drawn.returncode == 0, drawn.stderr[-3000:]
+    for name in ("bench-throughput.png", "bench-cpu.png", "bench-latency.png"):
+        assert (charts / name).read_bytes().startswith(b"\x89PNG"), name
     # the benchmark's own databases are gone
     admin = create_engine(PG_ADMIN_URL)
     with admin.connect() as conn:

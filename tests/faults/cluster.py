@@ -61,7 +61,7 @@ class PgCluster:
         root = Path(tempfile.mkdtemp(prefix="txmsg-faults-pg-"))
         cluster = cls(bindir, root, free_port())
         try:
-            cluster._chown(root)
+            chown_to_postgres(root)
             # --no-sync only skips flushing initdb's own files; the server runs with fsync on
             cluster._pg("initdb", "-D", str(cluster.data), "-U", "postgres", "-A", "trust",
                         "-E", "UTF8", "--no-sync")
@@ -108,15 +108,15 @@ class PgCluster:
     def destroy(self) -> None:
         """Stop it if it runs and remove its files; safe to call after any failure."""
         if (self.data / "postmaster.pid").exists():
-            subprocess.run(self._as_postgres(str(self.bindir / "pg_ctl"), "-D", str(self.data),
-                                             "-m", "immediate", "-w", "stop"),
+            subprocess.run(as_postgres(str(self.bindir / "pg_ctl"), "-D", str(self.data),
+                                       "-m", "immediate", "-w", "stop"),
                            check=False, capture_output=True, timeout=60)
         self.running = False
         shutil.rmtree(self.root, ignore_errors=True)
 
     def _pg(self, tool: str, *args: str) -> None:
         started = time.monotonic()
-        done = subprocess.run(self._as_postgres(str(self.bindir / tool), *args),
+        done = subprocess.run(as_postgres(str(self.bindir / tool), *args),
                               check=False, capture_output=True, text=True, timeout=180)
         if done.returncode != 0:
             raise AssertionError(
@@ -124,13 +124,15 @@ class PgCluster:
                 f"{time.monotonic() - started:.1f} s: {done.stdout}{done.stderr}\n"
                 f"server log:\n{self.log_tail()}")
 
-    @staticmethod
-    def _as_postgres(*command: str) -> list[str]:
-        return ["runuser", "-u", "postgres", "--", *command] if os.geteuid() == 0 \
-            else list(command)
 
-    @staticmethod
-    def _chown(path: Path) -> None:
-        if os.geteuid() == 0:
-            entry = pwd.getpwnam("postgres")
-            os.chown(path, entry.pw_uid, entry.pw_gid)
+def as_postgres(*command: str) -> list[str]:
+    """The command as the ``postgres`` user when this runs as root (PostgreSQL refuses to
+    run as root), else as it is."""
+    return ["runuser", "-u", "postgres", "--", *command] if os.geteuid() == 0 \
+        else list(command)
+
+
+def chown_to_postgres(path: Path) -> None:
+    if os.geteuid() == 0:
+        entry = pwd.getpwnam("postgres")
+        os.chown(path, entry.pw_uid, entry.pw_gid)

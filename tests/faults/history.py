@@ -207,8 +207,12 @@ def _answers(history: History, calls: list[Call]) -> list[str]:
             if c.error.startswith("timeout") or not history.was_down(c.target, c.start, c.end):
                 bad.append(f"{what}: no answer ({c.error}) while the server was up")
         elif c.status == 503:
+            # "unavailable": a load balancer's own answer (deploy/haproxy), while a server
+            # behind it was down on purpose
+            codes = {"database_unavailable"} | (
+                {"unavailable"} if history.was_down(c.target, c.start, c.end) else set())
             if c.content_type != PROBLEM or not isinstance(c.body, dict) \
-                    or c.body.get("code") != "database_unavailable":
+                    or c.body.get("code") not in codes:
                 bad.append(f"{what}: 503 {c.content_type} {c.body!r:.300}")
         elif not c.ok:
             bad.append(f"{what}: {c.status} {c.content_type} {c.body!r:.300}")

@@ -54,7 +54,15 @@ def compose() -> dict[str, Any]:
 def txmsg_services(compose: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """The services that run the txmsg image."""
     image = compose["services"]["migrate"]["image"]
-    return {name: s for name, s in compose["services"].items() if s.get("image") == image}
+    return {name: s for name, s in compose["services"].items()
+            if s.get("image") == image and "ha" not in s.get("profiles", ())}
+
+
+@pytest.fixture(scope="module")
+def ha_services(compose: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The services of the "ha" profile (docs/operations.md, "Scaling out and failover")."""
+    return {name: s for name, s in compose["services"].items()
+            if "ha" in s.get("profiles", ())}
 
 
 def test_compose_file_follows_the_compose_specification() -> None:
@@ -139,6 +147,29 @@ def test_the_api_runs_with_access_control_from_a_required_admin_token(
     holders = {name for name, service in txmsg_services.items()
                if "TXMSG_ADMIN_TOKEN" in service["environment"]}
     assert holders == {"api"}
+
+
+def test_the_ha_profile_follows_patroni_behind_haproxy(
+        ha_services: dict[str, dict[str, Any]]) -> None:
+    assert set(ha_services) == {"etcd", "pg0", "pg1", "ha-migrate", "api1", "api2", "haproxy"}
+    for node in ("pg0", "pg1"):
+        env = ha_services[node]["environment"]
+        assert env["PATRONI_NAME"] == node and env["PATRONI_ETCD3_HOSTS"] == "etcd:2379"
+        assert ha_services[node]["build"] == "./deploy/patroni"
+    for name in ("ha-migrate", "api1", "api2"):
+        env = ha_services[name]["environment"]
+        assert set(env) >= CONTRACT_SETTINGS and set(env) <= KNOWN_SETTINGS, name
+        primary = make_url(env["TXMSG_DATABASE_URL"])
+        assert primary.query["host"] == ("pg0:5432", "pg1:5432")
+        assert primary.query["target_session_attrs"] == "read-write"
+        assert make_url(env["TXMSG_READ_DATABASE_URL"]).query["target_session_attrs"] \
+            == "prefer-standby"
+    for name in ("api1", "api2"):
+        assert ha_services[name]["environment"]["TXMSG_ADMIN_TOKEN"] == ADMIN_TOKEN
+    proxy = ha_services["haproxy"]
+    assert proxy["volumes"] == ["./deploy/haproxy:/usr/local/etc/haproxy:ro"]
+    assert proxy["environment"]["TXMSG_API1"] == "api1:8080"
+    assert proxy["environment"]["TXMSG_API2"] == "api2:8080"
 
 
 def _instructions() -> list[tuple[str, str]]:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from psycopg.conninfo import conninfo_to_dict
+
 from app.config import Settings
 from app.storage import notices
 from app.storage.db import make_engine
@@ -36,17 +38,36 @@ def test_sqlite_has_neither_end(tmp_path: Path) -> None:
     settings = Settings(database_url=f"sqlite:///{tmp_path / 'x.db'}")
     engine = make_engine(settings)
     try:
-        assert notices.libpq_url(engine) is None
+        assert notices.libpq_conninfo(engine) is None
         assert notices.publisher(engine, settings) is None
         assert notices.listener(engine, settings, lambda topics: None, ignore="") is None
     finally:
         engine.dispose()
 
 
-def test_the_libpq_url_keeps_the_password_and_drops_the_driver() -> None:
+def test_the_libpq_conninfo_keeps_the_password_and_drops_the_driver() -> None:
     settings = Settings(database_url="postgresql+psycopg://u:s%40cret@db:5433/txmsg")
     engine = make_engine(settings)
     try:
-        assert notices.libpq_url(engine) == "postgresql://u:s%40cret@db:5433/txmsg"
+        conninfo = notices.libpq_conninfo(engine)
+        assert conninfo is not None
+        assert conninfo_to_dict(conninfo) == {
+            "host": "db", "port": "5433", "user": "u", "password": "s@cret", "dbname": "txmsg"}
+    finally:
+        engine.dispose()
+
+
+def test_the_libpq_conninfo_keeps_every_host_of_a_multi_host_url() -> None:
+    """libpq's multi-host form, as with Patroni: the listener and the publisher follow the
+    primary as the engine does."""
+    settings = Settings(database_url="postgresql+psycopg://postgres@/txmsg?host=h1:5432"
+                                     "&host=h2:5433&target_session_attrs=read-write")
+    engine = make_engine(settings)
+    try:
+        conninfo = notices.libpq_conninfo(engine)
+        assert conninfo is not None
+        assert conninfo_to_dict(conninfo) == {
+            "host": "h1,h2", "port": "5432,5433", "user": "postgres", "dbname": "txmsg",
+            "target_session_attrs": "read-write"}
     finally:
         engine.dispose()

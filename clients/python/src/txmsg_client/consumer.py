@@ -29,6 +29,7 @@ from urllib.parse import quote
 
 import requests
 
+from txmsg_client import tracing
 from txmsg_client._http import auth_headers, call
 from txmsg_client.errors import TxmsgError
 from txmsg_client.producer import Message, Producer
@@ -271,7 +272,8 @@ class Consumer:
         done: list[tuple[int, list[Message]]] = []
         for i, message in enumerate(messages):
             try:
-                output = handler(message)
+                with tracing.handling(message, self.subscription):
+                    output = handler(message)
             except Exception:
                 log.exception("handler failed on %s offset %d (redelivery %d)",
                               self.topic, message.offset, message.redelivery_count)
@@ -390,7 +392,8 @@ class Consumer:
 
     def _call(self, method: str, path: str, body: Any = None,
               timeout: float | None = None) -> dict[str, Any]:
-        return call(self._session, method, self.base_url + self._path + path, self._headers,
+        return call(self._session, method, self.base_url + self._path + path,
+                    tracing.headers(self._headers),
                     timeout if timeout is not None else self.timeout, body)
 
 

@@ -13,6 +13,7 @@ from urllib.parse import quote
 
 import requests
 
+from txmsg_client import tracing
 from txmsg_client._http import auth_headers, call
 from txmsg_client.errors import TxmsgError
 from txmsg_client.resolution import Resolution
@@ -271,5 +272,5 @@ class Producer:
         return transaction_path(self.group, transaction_id, action)
 
     def _call(self, method: str, path: str, body: Any = None) -> dict[str, Any]:
-        return call(self._session, method, self.base_url + path, self._headers, self.timeout,
-                    body)
+        return call(self._session, method, self.base_url + path,
+                    tracing.headers(self._headers), self.timeout, body)
