@@ -78,13 +78,13 @@ class Settings(BaseSettings):
     # group commit: the most requests one database transaction carries
     batch_max_size: int = Field(512, ge=1)
 
-    # web server: Granian's ASGI interface (the hot routes on the event loop, Flask behind
-    # a2wsgi), or its WSGI interface with the Flask app alone (every route through Flask)
+    # web server: Granian's ASGI interface (every API route on the ASGI front, the
+    # dashboard by Flask behind a2wsgi), or its WSGI interface with the Flask app alone (every route through Flask)
     web_interface: Literal["asgi", "wsgi"] = "asgi"
     web_workers: int = Field(1, ge=1)
-    # threads serving the Flask routes (under ASGI, all but the hot ones)
+    # threads serving the routes that block (under ASGI: the front's pool, and Flask's)
     web_threads: int = Field(64, ge=1)
-    # send, commit/rollback, receive and ack served on the event loop, ahead of Flask
+    # every route of the route table served by the ASGI front, ahead of Flask
     # (app/api/asgi.py)
     web_hot_routes: bool = True
     # a request's whole body must arrive within this time (else 408); read on the event

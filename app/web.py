@@ -9,10 +9,8 @@ from flask import Flask
 from sqlalchemy import Engine
 
 from app import tracing, ui
-from app.api import access, bodies, telemetry
+from app.api import access, bodies, flask_routes, telemetry
 from app.api.asgi import Api
-from app.api.http import register_error_handlers
-from app.api.routes import BLUEPRINTS
 from app.config import Settings
 from app.domain.lifecycle import Lifecycle
 from app.domain.subscriptions import Subscriptions
@@ -77,12 +75,10 @@ def create_app(settings: Settings | None = None, *, engine: Engine | None = None
         settings, engine, lifecycle, guard,
         Subscriptions(engine, settings.max_read_bytes, lifecycle.signal), listener,
         make_read_engine(settings, engine))
-    register_error_handlers(app)
     bodies.install(app)
     access.install(app)
     telemetry.install(app, settings.trusted_proxies)
-    for bp in BLUEPRINTS:
-        app.register_blueprint(bp)
+    flask_routes.install(app)
     ui.install(app, settings)
     return app
 

@@ -1,1 +1,1 @@
-"""HTTP API: thin Flask blueprints over the domain."""
+"""HTTP API: one route table (``routes``), served by the ASGI front (``asgi``) and Flask."""

@@ -1,16 +1,16 @@
-"""Access control at the edge: each route declares what it needs, next to the route.
+"""Access control at the edge: each route declares what it needs (an ``Access``), in the
+route table next to the route (``app.api.routes``):
 
-    @bp.post("")
-    @requires(PRODUCE, "group")      # the scope produce:<the path's group>
-    def send(group): ...
+    Route("POST", "/v1/producer-groups/{group}/transactions",
+          Access(action=PRODUCE, param="group"), ...)   # the scope produce:<the group>
 
-``@public`` routes are open; ``@requires_token`` routes take any valid token and narrow
-what they answer by its scopes (``current_principal()``). While access control is off
-(no ``TXMSG_ADMIN_TOKEN``) every route is open. A route that declares nothing is admin
-only, so a forgotten declaration fails closed. The Flask routes are checked before their
-view runs (``install``); the ASGI front authenticates every request to a route that is not
-open before it reads the request's body, and checks its hot routes with the same
-declarations and ``authorize``. The OpenAPI document lists each route's declaration.
+Open routes need nothing; token-only routes take any valid token and narrow what they
+answer by its scopes (the handler's ``call.principal``). While access control is off (no
+``TXMSG_ADMIN_TOKEN``) every route is open. A Flask view that declares nothing (the
+dashboard's ``@public`` pages aside) is admin only, so a forgotten declaration fails
+closed. The ASGI front checks each request with ``authorize`` before its handler runs;
+Flask checks its views before they run (``install``). The OpenAPI document lists each
+route's declaration.
 """
 
 from __future__ import annotations
@@ -64,23 +64,13 @@ def public(view: F) -> F:
     return _declare(OPEN)(view)
 
 
-def requires(action: str, param: str | None = None) -> Callable[[F], F]:
-    return _declare(Access(action=action, param=param))
-
-
-def requires_token(note: str, *, forbids: bool = True) -> Callable[[F], F]:
-    """Any valid token; the view narrows its answer by the token's scopes (``note`` says
-    how, for the document), refusing it (403) unless ``forbids`` is false."""
-    return _declare(Access(note=note, forbids=forbids))
-
-
 def access_of(view: Callable[..., Any]) -> Access | None:
     """A view's declaration (None: it declares nothing, and is treated as admin only)."""
     return getattr(view, "access", None)
 
 
 def route_access(view: Callable[..., Any]) -> Access:
-    """What a view's route needs: its declaration, else admin only."""
+    """What a Flask view's route needs: its declaration, else admin only."""
     return access_of(view) or ADMIN_ONLY
 
 

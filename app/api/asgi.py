@@ -1,55 +1,45 @@
-"""The ASGI front of the API: send, commit and rollback on the event loop, the rest Flask.
+"""The ASGI front of the API: every route of the route table, served here.
 
-A producer's send + commit pair is two requests, each of which waits for a group-commit
-batch to be durable. Served as WSGI, every waiting request held a thread, and the worker
-spent more than half of its CPU in the kernel, mostly switching among the 64 request
-threads and the writers as they took turns on the one interpreter lock. Here a waiting
-request is a coroutine: the writer wakes the event loop once per batch, not each
-request's thread (docs/performance.md has the figures).
-
-A receive (``POST /v1/topics/{topic}/subscriptions/{subscription}/receive``, long-polling
-with ``wait_ms``) and an ack (``.../ack``) are served here too; an ack's work takes a
-thread of the receives' pool. A receive: each look at the database takes a thread of its
-own small pool for as long as the look lasts, and between looks the request is a
-coroutine waiting on the topic's signal (``app.domain.wakeups``), set by commits (this
-process's, and other processes' through PostgreSQL notifications), or by a probe per
-subscription (delayed messages, leases that run out; ``app.api.longpoll``). A thousand
-idle long polls hold no thread and no connection.
-
-These routes are matched here and handled by the same functions the Flask routes call
-(``parse_send``, ``send_answer``, ``check_finish``, ``parse_ack``, the lifecycle), with the same
-error rendering. Everything else, and whatever of those routes is not served exactly
-as Flask would serve it (a non-ASCII path, a root path), goes to the Flask app
-unchanged, behind a2wsgi's WSGI-to-ASGI bridge with a pool of ``web_threads`` threads.
-``TXMSG_WEB_HOT_ROUTES=false`` sends everything to Flask; the tests compare both ways
-answer for answer.
-
-Every request body is read here, on the event loop, before a thread is taken: whole
-within ``request_body_timeout_seconds`` (else 408) and at most its route's limit
+Each request is matched once, by a router compiled from ``app.api.routes.ROUTES`` at
+start-up (``app.api.router``); its route says the rest. With access control on, a route
+that is not open authenticates the request's bearer token before anything of its body
+is read (401 without one: no client without a token can make this process hold a body).
+The body is then read here, on the event loop, before a thread is taken: whole within
+``request_body_timeout_seconds`` (else 408) and at most its route's limit
 (``app.api.bodies``), chunked or not (else 413; a declared Content-Length over it is
-refused before anything is read). A thread that waited on a slow client's body held one
-of the pool's threads the whole time; 70 clients sending a byte every 2 s stalled every
-Flask route. With access control on, a request to a route that is not open is
-authenticated first: without a valid token it is answered 401 and its body is never
-read, so no client without a token can make this process hold a body. Each route's
-limit and access come from the Flask URL map and the views' declarations, read once at
-start-up (``_FlaskRoutes``); a request no route matches is handed to Flask (404, 405 or a
-redirect) without its body being read. ``/healthz`` is answered here and ``/readyz`` has threads of its own, so
-neither waits behind a busy pool. Request targets and heads over this front's limits,
-which are below the server's, are refused here as problem+json (Granian's own refusals
-carry no body).
+refused before anything is read); 400 for one cut short. Then the token's scope is
+checked (403), and the route's handler runs on a ``Call`` (``app.api.call``):
 
-Each request gets its id and start time here (``app.api.telemetry``); what this front
-answers itself it records itself, with the Flask rule's pattern as the route.
+- the writer-backed ones (send, commit, rollback) and a long-polling receive are
+  coroutines on the event loop. A producer's send + commit pair is two requests, each of
+  which waits for a group-commit batch to be durable: served as WSGI, every waiting
+  request held a thread, and the worker spent more than half of its CPU switching among
+  them; here the writer wakes the event loop once per batch. A receive's looks at the
+  database take a thread of their own pool; between looks it waits on its topic's
+  signal (``app.api.longpoll``), holding no thread and no connection.
+- the others run on a pool of ``web_threads`` threads (``/readyz`` on threads of its
+  own, so that it never waits behind a busy pool).
+
+Its answer, or its error, is rendered by the one renderer (``app.api.http``) and recorded
+once (``app.api.telemetry``, the route's pattern as its label). What matches no route
+(404, 405 and redirects, as Flask answers them), the dashboard (``/ui/``), a root path,
+a non-ASCII path, and everything with ``TXMSG_WEB_HOT_ROUTES=false`` goes to the Flask
+app, whose URL map is derived from the same table (``app.api.flask_routes``), behind
+a2wsgi's WSGI-to-ASGI bridge; a request to a Flask route is authenticated here before its
+body is read all the same, and one no rule matches is handed over unread. The tests
+compare both ways answer for answer.
+
+Request targets and heads over this front's limits, which are below the server's, are
+refused here as problem+json (Granian's own refusals carry no body).
 """
 
 from __future__ import annotations
 
 import asyncio
-import re
+import contextvars
 import time
 from collections.abc import Awaitable, Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, ThreadPoolExecutor
 from typing import Any, NamedTuple, cast
 
 from a2wsgi import WSGIMiddleware
@@ -65,55 +55,25 @@ from werkzeug.exceptions import (
 )
 
 from app import tracing
-from app.api import subscriptions, telemetry, transactions
-from app.api.access import (
-    Access,
-    access_of,
-    authorize,
-    bearer_token,
-    route_access,
-    unauthenticated,
-)
+from app.api import telemetry
+from app.api.access import authorize, bearer_token, route_access, unauthenticated
 from app.api.bodies import body_limit
-from app.api.http import PROBLEM_MEDIA_TYPE, api_problem, dump_json, http_problem
+from app.api.call import Call, Raw
+from app.api.http import JSON_MEDIA_TYPE, Headers, dump_json, rendered
 from app.api.longpoll import Waits
-from app.api.subscriptions import ack_once, check_names, parse_ack, parse_receive, receive_once
-from app.api.tracing import request_trace
-from app.api.transactions import check_ack_scopes, check_finish, parse_send, send_answer
+from app.api.router import Router
+from app.api.routes import ROUTES, Route
 from app.domain.access import UNRESTRICTED, Principal
 from app.errors import ApiError, InvalidRequest
-from app.vocabulary import Op
+from app.logs import REQUEST_ID
 
-# the Flask rules' shapes: <group> and <transaction_id> are one path segment each
-_ROUTE = re.compile(r"/v1/producer-groups/([^/]+)/transactions(?:/([^/]+)/(commit|rollback))?")
-_OPS = {"commit": Op.COMMIT, "rollback": Op.ROLLBACK}
-# the Flask rules of those routes, as the metrics and logs name them
-_SEND_RULE = "/v1/producer-groups/<group>/transactions"
-_RULES = {None: _SEND_RULE, "commit": f"{_SEND_RULE}/<transaction_id>/commit",
-          "rollback": f"{_SEND_RULE}/<transaction_id>/rollback"}
-# the Flask view each hot route stands in for: its access declaration is the one checked
-HOT_ROUTES: dict[str | None, Callable[..., Any]] = {
-    None: transactions.send, "commit": transactions.commit, "rollback": transactions.rollback}
-_ACCESS: dict[str | None, Access] = {op: access for op, view in HOT_ROUTES.items()
-                                     if (access := access_of(view)) is not None}
-assert len(_ACCESS) == len(HOT_ROUTES), "every hot route's view declares its access"
-_CONSUME = re.compile(r"/v1/topics/([^/]+)/subscriptions/([^/]+)/(receive|ack)")
-_CONSUME_RULES = {action: f"/v1/topics/<topic>/subscriptions/<subscription>/{action}"
-                  for action in ("receive", "ack")}
-CONSUME_ROUTES: dict[str, Callable[..., Any]] = {
-    "receive": subscriptions.receive, "ack": subscriptions.ack}
-_CONSUME_ACCESS: dict[str, Access] = {action: access for action, view in CONSUME_ROUTES.items()
-                                      if (access := access_of(view)) is not None}
-assert len(_CONSUME_ACCESS) == len(CONSUME_ROUTES), "every consume view declares its access"
-_JSON = b"application/json"
-_PROBLEM = PROBLEM_MEDIA_TYPE.encode()
-_HEALTHY = dump_json({"status": "ok"})  # what the Flask view answers
 # below Granian's own limits (about 64 KiB of target, 400 KiB of head), which answer
 # with an empty body
 MAX_TARGET_BYTES = 8 * 1024
 MAX_HEAD_BYTES = 32 * 1024
-# /readyz's threads, apart from the pool the other Flask routes share
+# /readyz's threads, apart from the pool the other routes share
 _PROBE_THREADS = 2
+_JSON = JSON_MEDIA_TYPE.encode()
 
 
 class Api:
@@ -125,11 +85,18 @@ class Api:
         settings = self._state.settings
         self._hot = bool(settings.web_hot_routes)
         self._body_timeout = settings.request_body_timeout_seconds
+        self._config = app.config
         wsgi = _terminated_input(app)
         self._flask = WSGIMiddleware(wsgi, workers=settings.web_threads)
         self._probes = WSGIMiddleware(wsgi, workers=_PROBE_THREADS)
         self._guard = self._state.guard
-        self._routes = _FlaskRoutes(app)
+        self._proxies = settings.trusted_proxies
+        self._router = Router(ROUTES)
+        self._flask_routes = _FlaskRoutes(app)
+        self._threads = ThreadPoolExecutor(max_workers=settings.web_threads,
+                                           thread_name_prefix="txmsg-web")
+        self._probe_threads = ThreadPoolExecutor(max_workers=_PROBE_THREADS,
+                                                 thread_name_prefix="txmsg-probe")
         # the looks of long-polling receives at the database (not their waits)
         self._receivers = ThreadPoolExecutor(max_workers=settings.web_threads,
                                              thread_name_prefix="txmsg-receive")
@@ -145,12 +112,10 @@ class Api:
         started = time.perf_counter()
         path = scope["path"]
         head = _head(scope["headers"])
+        request_id = telemetry.request_id(head.request_id)
+        REQUEST_ID.set(request_id)  # this task's log lines, and its handler's thread's
         # for this front's answers, and for Flask's (a2wsgi hands it the scope)
-        cast("dict[str, Any]", scope)[telemetry.SCOPE_KEY] = (
-            telemetry.request_id(head.request_id), started)
-        if path == "/healthz" and scope["method"] == "GET":
-            await _answer(send, scope, 200, _HEALTHY, _JSON, "/healthz")
-            return
+        cast("dict[str, Any]", scope)[telemetry.SCOPE_KEY] = (request_id, started)
         if head.size > MAX_HEAD_BYTES:
             await self._refuse(send, scope, RequestHeaderFieldsTooLarge(
                 f"the request's header fields exceed {MAX_HEAD_BYTES} bytes"))
@@ -159,177 +124,101 @@ class Api:
             await self._refuse(send, scope, RequestURITooLarge(
                 f"the request's path and query exceed {MAX_TARGET_BYTES} bytes"))
             return
-        match = self._match(scope, _ROUTE) if self._hot else None
-        consuming = self._match(scope, _CONSUME) if self._hot and match is None else None
-        view: Callable[..., Any] | None
-        if match is not None:
-            view, route = HOT_ROUTES[match.group(3)], _RULES[match.group(3)]
-        elif consuming is not None:
-            view, route = CONSUME_ROUTES[consuming.group(3)], _CONSUME_RULES[consuming.group(3)]
+        matched = (self._router.match(scope["method"], path)
+                   if self._hot and not scope.get("root_path") and path.isascii() else None)
+        if matched is None:
+            await self._to_flask(scope, receive, send, head)
         else:
-            view, route = self._routes.match(scope)
-        principal = UNRESTRICTED
-        if view is not None and self._guard.enabled and not route_access(view).open:
-            try:
+            await self._serve(*matched, scope, receive, send, head)
+
+    async def _serve(self, route: Route, params: dict[str, str], scope: HTTPScope,
+                     receive: Receive, send: Send, head: _Head) -> None:
+        """Authenticate, read the body, authorize, run the handler, answer."""
+        headers: Headers = ()
+        media_type = _JSON
+        try:
+            principal = UNRESTRICTED
+            if self._guard.enabled and not route.access.open:
                 principal = await self._authenticate(scope)
-            except ApiError as exc:  # before the body is read: none of it is held
-                await self._refuse(send, scope, exc, route)
-                return
-        if match is not None and match.group(3) is not None:  # commit, rollback: no body
-            await self._serve(scope, match, b"", send, principal)
-            return
-        raw: bytes | None = b""  # no route: Flask answers without reading the body
-        if view is not None:
-            raw = await self._read_body(scope, receive, send, head, route,
-                                        body_limit(view, self._app.config["MAX_CONTENT_LENGTH"]))
-        if raw is None:
-            return
-        if match is not None:
-            await self._serve(scope, match, raw, send, principal)
-        elif consuming is not None:
-            await self._serve_consume(scope, consuming, raw, send, principal)
-        else:
-            pool = self._probes if path == "/readyz" else self._flask
-            await pool(scope, _replay(raw), send)
-
-    @staticmethod
-    def _match(scope: HTTPScope, route: re.Pattern[str]) -> re.Match[str] | None:
-        """``route``'s match of a POST this front serves exactly as Flask would."""
-        if scope["method"] != "POST" or scope.get("root_path"):
-            return None
-        path = scope["path"]
-        match = route.fullmatch(path)
-        if match is None or not path.isascii():
-            return None
-        return match
-
-    async def _read_body(self, scope: HTTPScope, receive: Receive, send: Send, head: _Head,
-                         route: str, limit: int | None) -> bytes | None:
-        """The whole body, at most ``limit`` bytes; or None once refused (408, 413, or
-        400 for a body cut short: a client gone, or chunked framing the server could not
-        decode)."""
-        if not head.streamed and (head.length == 0 or (
-                head.length is None and scope["http_version"] in ("1.1", "1.0"))):
-            return b""  # HTTP/1 framing: no body
-        refusal: HTTPException | ApiError
-        if limit is not None and not head.streamed and (head.length or 0) > limit:
-            refusal = RequestEntityTooLarge()
-        else:
-            try:
-                async with asyncio.timeout(self._body_timeout):
-                    raw = await _read_all(receive, limit)
-            except TimeoutError:
-                refusal = RequestTimeout(f"the request body did not arrive within "
-                                         f"{self._body_timeout:g} s")
+            raw = await self._read_body(receive, head, body_limit(route, self._config["MAX_CONTENT_LENGTH"]),
+                                        scope["http_version"])
+            if self._guard.enabled:
+                authorize(route.access, principal, params)
+            call = Call(params, raw, principal, self._state, scope["headers"],
+                        scope["query_string"], self._offload, self.waits.wait)
+            if route.on_loop:
+                status, body = await route.handler(call)
             else:
-                if isinstance(raw, bytes):
-                    return raw
-                refusal = raw
-        await self._refuse(send, scope, refusal, route)
-        return None
+                pool = self._probe_threads if route.own_threads else self._threads
+                status, body = await _in_thread(pool, route.handler, call)
+            if isinstance(body, Raw):
+                data, media_type = body.data, body.media_type.encode()
+            else:
+                data = b"" if body is None else dump_json(body)
+        except (ApiError, HTTPException) as exc:
+            status, data, problem_type, headers = rendered(exc, scope["path"])
+            media_type = problem_type.encode()
+        except Exception as exc:
+            if self._propagates():
+                raise
+            # as Flask does with an unhandled error: log it, answer 500
+            self._app.logger.exception("Exception on %s [%s]", scope["path"], scope["method"],
+                                       exc_info=exc)
+            status, data, problem_type, headers = rendered(InternalServerError(),
+                                                           scope["path"])
+            media_type = problem_type.encode()
+        await _answer(send, scope, status, data, None if status == 204 else media_type,
+                      route.rule, quiet=route.quiet, headers=headers,
+                      client=telemetry.asgi_client(scope, self._proxies))
+
+    async def _offload(self, fn: Callable[..., Any], *args: Any) -> Any:
+        return await _in_thread(self._receivers, fn, *args)
+
+    async def _to_flask(self, scope: HTTPScope, receive: Receive, send: Send,
+                        head: _Head) -> None:
+        """Flask's answer; a request to a Flask route that is not open is authenticated
+        first, and its body read within its route's limit; one no rule matches is handed
+        over unread (Flask answers 404, 405 or a redirect)."""
+        view, rule = self._flask_routes.match(scope)
+        raw = b""
+        if view is not None:
+            try:
+                if self._guard.enabled and not route_access(view).open:
+                    await self._authenticate(scope)
+                raw = await self._read_body(receive, head, body_limit(view, self._config["MAX_CONTENT_LENGTH"]),
+                                            scope["http_version"])
+            except (ApiError, HTTPException) as exc:
+                await self._refuse(send, scope, exc, rule)
+                return
+        pool = self._probes if rule == "/readyz" else self._flask
+        await pool(scope, _replay(raw), send)
+
+    async def _read_body(self, receive: Receive, head: _Head, limit: int | None,
+                         http_version: str) -> bytes:
+        """The whole body, at most ``limit`` bytes; else 408, 413, or 400 for a body cut
+        short (a client gone, or chunked framing the server could not decode)."""
+        if not head.streamed and (head.length == 0 or (
+                head.length is None and http_version in ("1.1", "1.0"))):
+            return b""  # HTTP/1 framing: no body
+        if limit is not None and not head.streamed and (head.length or 0) > limit:
+            raise RequestEntityTooLarge()
+        try:
+            async with asyncio.timeout(self._body_timeout):
+                return await _read_all(receive, limit)
+        except TimeoutError:
+            raise RequestTimeout(f"the request body did not arrive within "
+                                 f"{self._body_timeout:g} s") from None
 
     async def _refuse(self, send: Send, scope: HTTPScope, exc: HTTPException | ApiError,
                       route: str = telemetry.UNMATCHED) -> None:
-        path = scope["path"]
-        if isinstance(exc, ApiError):
-            await _answer(send, scope, exc.status, api_problem(exc, path), _PROBLEM, route,
-                          headers=exc.headers)
-        else:
-            await _answer(send, scope, *http_problem(exc, path), _PROBLEM, route)
-
-    async def _serve(self, scope: HTTPScope, match: re.Match[str], raw: bytes,
-                     send: Send, principal: Principal) -> None:
-        group, transaction_id, op = match.groups()
-        content_type = _JSON
-        headers: tuple[tuple[str, str], ...] = ()
-        try:
-            if self._guard.enabled:
-                authorize(_ACCESS[op], principal, {"group": group})
-            lifecycle = self._state.lifecycle
-            trace = request_trace(scope["headers"])
-            if op is None:
-                txn = parse_send(lifecycle, group, raw, trace)
-                if txn.acks:
-                    check_ack_scopes(principal, txn)
-                body, status = send_answer(await lifecycle.send_async(group, txn, trace))
-            else:
-                check_finish(group, transaction_id)
-                body, status = (await lifecycle.finish_async(group, transaction_id, _OPS[op],
-                                                              trace)).body, 200
-            data = dump_json(body)
-        except ApiError as exc:
-            status, data, content_type, headers = exc.status, api_problem(
-                exc, scope["path"]), _PROBLEM, exc.headers
-        except Exception as exc:
-            failure = self._failure(scope, exc)
-            if failure is None:
-                raise
-            status, data, content_type, headers = failure
-        await _answer(send, scope, status, data, content_type, _RULES[op], hot=True,
-                      headers=headers)
-
-    def _failure(self, scope: HTTPScope, exc: Exception
-                 ) -> tuple[int, bytes, bytes, tuple[tuple[str, str], ...]] | None:
-        """The answer to a request that failed other than with an ApiError (a bug: the
-        database's failures are ApiErrors from the engine's edge), as Flask would give it;
-        None: let ``exc`` propagate."""
-        path = scope["path"]
-        if self._propagates():
-            return None
-        # as Flask does with an unhandled error: log it, answer 500
-        self._app.logger.exception("Exception on %s [POST]", path, exc_info=exc, extra={
-            "request_id": _identity(scope)[0]})
-        status, data = http_problem(InternalServerError(), path)
-        return status, data, _PROBLEM, ()
-
-    async def _serve_consume(self, scope: HTTPScope, match: re.Match[str], raw: bytes,
-                             send: Send, principal: Principal) -> None:
-        """A receive (waiting on the event loop between its looks) or an ack."""
-        topic, name, action = match.groups()
-        content_type = _JSON
-        headers: tuple[tuple[str, str], ...] = ()
-        try:
-            if self._guard.enabled:
-                authorize(_CONSUME_ACCESS[action], principal, {"topic": topic})
-            check_names(topic, name)
-            if action == "receive":
-                body = await self._long_poll(topic, name, parse_receive(raw))
-            else:
-                body = await asyncio.get_running_loop().run_in_executor(
-                    self._receivers, ack_once, self._state, topic, name, parse_ack(raw),
-                    request_trace(scope["headers"]))
-            status, data = 200, dump_json(body)
-        except ApiError as exc:
-            status, data, content_type, headers = exc.status, api_problem(
-                exc, scope["path"]), _PROBLEM, exc.headers
-        except Exception as exc:
-            failure = self._failure(scope, exc)
-            if failure is None:
-                raise
-            status, data, content_type, headers = failure
-        await _answer(send, scope, status, data, content_type, _CONSUME_RULES[action],
-                      hot=True, headers=headers)
-
-    async def _long_poll(self, topic: str, name: str, request: Any) -> dict[str, Any]:
-        """Look; while nothing is deliverable and time is left, wait for the topic's
-        signal (``app.api.longpoll``) and look again."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + request.wait_ms / 1000
-        signal = self._state.signal
-        while True:
-            seen = signal.version(topic)
-            received = await loop.run_in_executor(self._receivers, receive_once, self._state,
-                                                  topic, name, request)
-            left = deadline - loop.time()
-            if received.messages or left <= 0:
-                return {"messages": received.messages}
-            await self.waits.wait(topic, name, seen, left)
+        status, data, media_type, headers = rendered(exc, scope["path"])
+        await _answer(send, scope, status, data, media_type.encode(), route, headers=headers,
+                      client=telemetry.asgi_client(scope, self._proxies))
 
     async def _authenticate(self, scope: HTTPScope) -> Principal:
-        """Who the request's bearer token is, as ``app.api.access.install`` finds it for a
-        Flask route (else 401); the database is read (off the event loop) only for a token
-        not verified in the last few seconds. What it may do is checked where the route
-        is served: ``authorize`` here for the hot routes, Flask's check for the others."""
+        """Who the request's bearer token is (else 401); the database is read (off the
+        event loop) only for a token not verified in the last few seconds. What it may do
+        is checked once its body is read (``authorize``)."""
         token = bearer_token(_header(scope["headers"], b"authorization"))
         principal: Principal | None = self._guard.cached(token) if token is not None else None
         if principal is None and token is not None:
@@ -346,7 +235,8 @@ class Api:
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
                 self._state.close()  # the writers finish what they hold, then stop
-                self._receivers.shutdown(wait=False, cancel_futures=True)
+                for pool in (self._receivers, self._threads, self._probe_threads):
+                    pool.shutdown(wait=False, cancel_futures=True)
                 tracing.shutdown()  # the spans still buffered are exported
                 await send({"type": "lifespan.shutdown.complete"})
                 return
@@ -354,6 +244,12 @@ class Api:
     def _propagates(self) -> bool:
         propagate = self._app.config["PROPAGATE_EXCEPTIONS"]
         return bool(self._app.testing or self._app.debug) if propagate is None else propagate
+
+
+async def _in_thread(pool: Executor, fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)`` on a thread of ``pool``, with this task's context (its request id)."""
+    context = contextvars.copy_context()
+    return await asyncio.get_running_loop().run_in_executor(pool, context.run, fn, *args)
 
 
 class _FlaskRoutes:
@@ -378,25 +274,19 @@ class _FlaskRoutes:
         return self._views[rule.endpoint], rule.rule
 
 
-def _identity(scope: HTTPScope) -> tuple[str, float]:
-    """The request's (id, start time), as ``__call__`` stamped them."""
-    identity: tuple[str, float] = cast("dict[str, Any]", scope)[telemetry.SCOPE_KEY]
-    return identity
-
-
 async def _answer(send: Send, scope: HTTPScope, status: int, data: bytes,
-                  content_type: bytes, route: str, *, hot: bool = False,
-                  headers: tuple[tuple[str, str], ...] = ()) -> None:
+                  content_type: bytes | None, route: str, *, quiet: bool = False,
+                  headers: Headers = (), client: str | None = None) -> None:
     """Send an answer of this front's own, with the request's id, and record it."""
-    request_id, started = _identity(scope)
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", content_type),
-                            (b"content-length", b"%d" % len(data)),
-                            (b"x-request-id", request_id.encode()),
-                            *((k.lower().encode(), v.encode()) for k, v in headers)]})
+    request_id, started = cast("dict[str, Any]", scope)[telemetry.SCOPE_KEY]
+    fields = [(b"content-length", b"%d" % len(data)), (b"x-request-id", request_id.encode()),
+              *((k.lower().encode(), v.encode()) for k, v in headers)]
+    if content_type is not None:
+        fields.insert(0, (b"content-type", content_type))
+    await send({"type": "http.response.start", "status": status, "headers": fields})
     await send({"type": "http.response.body", "body": data})
     telemetry.record(request_id, scope["method"], route, scope["path"], status, started,
-                     hot=hot)
+                     hot=quiet, client=client)
 
 
 class _Head(NamedTuple):
@@ -427,20 +317,20 @@ def _header(headers: Iterable[tuple[bytes, bytes]], name: bytes) -> str | None:
     return None
 
 
-async def _read_all(receive: Receive, limit: int | None) -> bytes | HTTPException | ApiError:
-    """The body's messages up to the last one; a refusal once over ``limit`` or cut short."""
+async def _read_all(receive: Receive, limit: int | None) -> bytes:
+    """The body's messages up to the last one; refused once over ``limit`` or cut short."""
     chunks: list[bytes] = []
     size = 0
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
-            return InvalidRequest("the request body ended before it was whole (the client "
-                                  "went away, or its chunked framing is malformed)",
-                                  code="incomplete_body")
+            raise InvalidRequest("the request body ended before it was whole (the client "
+                                 "went away, or its chunked framing is malformed)",
+                                 code="incomplete_body")
         chunk = message.get("body", b"") if message["type"] == "http.request" else b""
         size += len(chunk)
         if limit is not None and size > limit:
-            return RequestEntityTooLarge()
+            raise RequestEntityTooLarge()
         chunks.append(chunk)
         if not message.get("more_body"):
             return b"".join(chunks)

@@ -1,9 +1,5 @@
-"""How large a request body each route takes, declared next to the route:
-
-    @bp.post("")
-    @requires(PRODUCE, "group")
-    @carries_messages                # as large as the app's MAX_CONTENT_LENGTH
-    def send(group): ...
+"""How large a request body each route takes, declared in the route table
+(``Route.carries_messages``, ``app.api.routes``; Flask's views carry it as an attribute).
 
 A route whose body carries messages (a send) takes up to ``MAX_CONTENT_LENGTH``
 (``send_limit``); every other route at most ``SMALL_BODY_BYTES``, so that no route that
@@ -16,20 +12,14 @@ limit for the routes it reads itself (under a WSGI server, or in tests).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 from flask import Flask, current_app, request
 
 from app.config import Settings
 
-F = TypeVar("F", bound=Callable[..., Any])
 SMALL_BODY_BYTES = 1024 * 1024
 _SEND_FLOOR_BYTES = 64 * 1024 * 1024
-
-
-def carries_messages(view: F) -> F:
-    view.carries_messages = True  # type: ignore[attr-defined]
-    return view
 
 
 def send_limit(settings: Settings) -> int:
@@ -38,10 +28,10 @@ def send_limit(settings: Settings) -> int:
     return max(_SEND_FLOOR_BYTES, 2 * settings.max_body_bytes)
 
 
-def body_limit(view: Callable[..., Any], ceiling: int | None) -> int | None:
-    """The most bytes of body ``view``'s route takes, given the app's
+def body_limit(route: Callable[..., Any] | object, ceiling: int | None) -> int | None:
+    """The most bytes of body a route (or its Flask view) takes, given the app's
     ``MAX_CONTENT_LENGTH`` (``ceiling``; None: no limit)."""
-    if getattr(view, "carries_messages", False):
+    if getattr(route, "carries_messages", False):
         return ceiling
     return SMALL_BODY_BYTES if ceiling is None else min(SMALL_BODY_BYTES, ceiling)
 

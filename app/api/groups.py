@@ -2,48 +2,33 @@
 
 from __future__ import annotations
 
-from flask import Blueprint, Response
-
-from app.api.access import requires
-from app.api.http import json_body, json_response, no_content, state
+from app.api.call import Answer, Call
+from app.api.http import parse_json
 from app.domain import groups
-from app.domain.access import PRODUCE
 from app.domain.messages import parse_producer_group
 from app.domain.names import check_group_name
 
-bp = Blueprint("groups", __name__, url_prefix="/v1/producer-groups")
 
-
-@bp.put("/<group>")
-@requires(PRODUCE, "group")
-def put_group(group: str) -> Response:
+def put_group(call: Call) -> Answer:
     """Register (or replace) a producer group's check callbacks."""
-    check_group_name(group)
-    request = parse_producer_group(json_body(), callback_policy=state().lifecycle.callback_policy)
-    return json_response(groups.register(state().engine, group, request))
+    group = check_group_name(call.params["group"])
+    request = parse_producer_group(parse_json(call.body),
+                                   callback_policy=call.state.lifecycle.callback_policy)
+    return 200, groups.register(call.state.engine, group, request)
 
 
-@bp.get("/<group>")
-@requires(PRODUCE, "group")
-def get_group(group: str) -> Response:
+def get_group(call: Call) -> Answer:
     """A producer group's registration, with its signing secret."""
-    check_group_name(group)
-    return json_response(groups.get(state().engine, group))
+    return 200, groups.get(call.state.engine, check_group_name(call.params["group"]))
 
 
-@bp.delete("/<group>")
-@requires(PRODUCE, "group")
-def delete_group(group: str) -> Response:
+def delete_group(call: Call) -> Answer:
     """Remove a registration; its transactions stay and resolve as usual."""
-    check_group_name(group)
-    groups.delete(state().engine, group)
-    return no_content()
+    groups.delete(call.state.engine, check_group_name(call.params["group"]))
+    return 204, None
 
 
-@bp.post("/<group>/signing-secret/rotate")
-@requires(PRODUCE, "group")
-def rotate_signing_secret(group: str) -> Response:
+def rotate_signing_secret(call: Call) -> Answer:
     """A new signing secret; the previous one signs too for the overlap."""
-    check_group_name(group)
-    app_state = state()
-    return json_response(groups.rotate_secret(app_state.engine, app_state.settings, group))
+    group = check_group_name(call.params["group"])
+    return 200, groups.rotate_secret(call.state.engine, call.state.settings, group)

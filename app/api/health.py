@@ -2,50 +2,45 @@
 
 from __future__ import annotations
 
-from flask import Blueprint, Response
-
 from app import metrics
-from app.api.access import public
-from app.api.http import json_response, problem, state
-from app.api.openapi import openapi_document
+from app.api.call import Answer, Call, Raw
 from app.domain import health, reads, retention, subscriptions
-
-bp = Blueprint("health", __name__)
-
-
-@bp.get("/healthz")
-@public
-def healthz() -> Response:
-    """The process is up."""
-    return json_response({"status": "ok"})
+from app.errors import ApiError
 
 
-@bp.get("/readyz")
-@public
-def readyz() -> Response:
+class NotReady(ApiError):
+    status, code, title = 503, "database_unavailable", "Database unavailable"
+
+
+async def healthz(call: Call) -> Answer:
+    """The process is up (answered on the event loop: it needs no thread)."""
+    return 200, {"status": "ok"}
+
+
+def readyz(call: Call) -> Answer:
     """The database answers, takes writes and its schema is at the head revision."""
-    ready = health.readiness(state().engine)
+    ready = health.readiness(call.state.engine)
     if ready.code == "database_unavailable":
-        return problem(503, ready.code, "Database unavailable", ready.detail)
+        raise NotReady(ready.detail)
     if ready.code is not None:
-        return problem(503, ready.code, "Schema not at head", ready.detail,
-                       revision=ready.revision, head=ready.head)
-    return json_response({"status": "ready", "revision": ready.revision})
+        refusal = NotReady(ready.detail, code=ready.code, revision=ready.revision,
+                           head=ready.head)
+        refusal.title = "Schema not at head"
+        raise refusal
+    return 200, {"status": "ready", "revision": ready.revision}
 
 
-@bp.get("/metrics")
-@public
-def metrics_view() -> Response:
+def metrics_view(call: Call) -> Answer:
     """Prometheus text exposition."""
-    engine = state().engine
-    return Response(metrics.render(lambda: reads.prepared_backlog(engine),
+    engine = call.state.engine
+    return 200, Raw(metrics.render(lambda: reads.prepared_backlog(engine),
                                    lambda: retention.oldest_ages(engine),
                                    lambda: subscriptions.backlogs(engine)),
-                    mimetype=metrics.CONTENT_TYPE_LATEST)
+                    metrics.CONTENT_TYPE_LATEST)
 
 
-@bp.get("/openapi.json")
-@public
-def openapi() -> Response:
+def openapi(call: Call) -> Answer:
     """The OpenAPI document of this API."""
-    return json_response(openapi_document())
+    from app.api.openapi import openapi_document  # the document is built from the routes
+
+    return 200, openapi_document()

@@ -1,4 +1,9 @@
-"""The waits of long-polling receives on the ASGI front.
+"""The long poll of a receive, and the waits of long-polling receives on the ASGI front.
+
+``long_poll`` is the one loop: look; while nothing is deliverable and time is left, wait
+for the topic's signal and look again. How it waits is the front's to say
+(``Call.wait``): on the ASGI front, ``Waits.wait`` below; under Flask, a plain wait on
+the signal that looks again at least every ``RECHECK_SECONDS``.
 
 A waiting receive is a coroutine parked on its topic's signal (``app.domain.wakeups``).
 Commits set it: this process's at once, other processes' (another ``txmsg serve`` or web
@@ -18,12 +23,41 @@ import logging
 from concurrent.futures import Executor
 from typing import Any
 
-from app.domain import subscriptions
+from app import tracing
+from app.api.call import Call
+from app.domain import spans, subscriptions
 from app.domain.wakeups import PROBED, RECHECK_SECONDS, TopicSignal
 from app.errors import ApiError
 
 log = logging.getLogger(__name__)
 Key = tuple[str, str]  # (topic, subscription)
+
+
+async def long_poll(call: Call, topic: str, name: str, max_messages: int,
+                    wait_ms: int) -> dict[str, Any]:
+    """A receive's answer: what it leased, once something was or ``wait_ms`` ran out."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + wait_ms / 1000
+    app_state = call.state
+    signal = app_state.signal
+    while True:
+        seen = signal.version(topic)
+        received: subscriptions.Received = await call.run(_look, app_state, topic, name,
+                                                          max_messages)
+        left = deadline - loop.time()
+        if received.messages or left <= 0 or call.wait is None:
+            return {"messages": received.messages}
+        await call.wait(topic, name, seen, left)
+
+
+def _look(app_state: Any, topic: str, name: str, max_messages: int) -> subscriptions.Received:
+    """One look at the database: what it leased (a span for it, when tracing)."""
+    started = spans.now_ns() if tracing.TRACER is not None else 0
+    received: subscriptions.Received = app_state.subscriptions.receive(topic, name,
+                                                                       max_messages)
+    if started and received.messages:
+        spans.received(topic, name, received.messages, started)
+    return received
 
 
 class Waits:

@@ -1,16 +1,284 @@
-"""Every blueprint of the API in one place: the app factory registers them, the OpenAPI
-document reads what each route declares about access."""
+"""The route table: every route of the API, once.
+
+Each ``Route`` says its method and path, the access it needs (``app.api.access``), its
+handler (``app.api.call``), its request and answer models, the problem codes it may
+answer and how large a body it takes. Everything that needs the routes reads ``ROUTES``:
+the ASGI front's router (``app.api.asgi``), Flask's URL map (``app.api.flask_routes``),
+the OpenAPI document (``app.api.openapi``) and the tests that walk every route.
+
+Adding a route: a handler in the module of its resource, its request model in the domain
+(the one that validates it, as in ``app.domain.messages``), its answer's shape in
+``app.api.schemas``, then one entry here. ``tests/integration/test_openapi.py`` and
+``test_access.py`` check it is documented and guarded.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import re
-
-from flask import Flask
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
 
 from app.api import groups, health, subscriptions, tokens, topics, transactions
-from app.api.access import Access, access_of
+from app.api.access import ADMIN_ONLY, OPEN, Access
+from app.api.call import Answer, Call
+from app.api.schemas import (
+    Acked,
+    CommittedTransaction,
+    Health,
+    Message,
+    Nacked,
+    NewToken,
+    ProducerGroup,
+    Ready,
+    Received,
+    Renewed,
+    ResumedTransaction,
+    RolledBackTransaction,
+    SentTransaction,
+    Subscription,
+    SubscriptionList,
+    TokenList,
+    Topic,
+    TopicList,
+    TopicPage,
+    Transaction,
+    TransactionList,
+)
+from app.domain.access import ADMIN, CONSUME, PRODUCE
+from app.domain.messages import (
+    ProducerGroupIn,
+    SingleMessageTransactionIn,
+    TopicRetentionIn,
+    TransactionIn,
+)
+from app.domain.subscriptions import NackIn, OffsetsIn, ReceiveIn, SeekIn, SubscriptionIn
+from app.domain.tokens import TokenIn
 
-BLUEPRINTS = (groups.bp, transactions.bp, topics.bp, subscriptions.bp, tokens.bp, health.bp)
+Handler = Callable[[Call], Any]  # Answer, or an awaitable of one
+_PARAM = re.compile(r"\{([^{}]+)\}")
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    method: str
+    path: str  # OpenAPI form: /v1/topics/{topic}
+    access: Access
+    handler: Handler  # async: awaited on the front's event loop; else run on its threads
+    name: str  # the operationId
+    tag: str
+    summary: str
+    # status → the answer's type, (type, description), or an OpenAPI response object
+    answers: Mapping[str, Any]
+    problems: Mapping[str, str]  # status → the problem codes this route may answer with it
+    body: Any = None  # the request body's model (a tuple: one of them)
+    body_required: bool = True
+    # its query and header parameters (``app.api.openapi``'s names for them)
+    parameters: tuple[str, ...] = ()
+    # what Flask runs (on the request's thread) when ``handler`` is async
+    threaded: Handler | None = None
+    carries_messages: bool = False  # takes a send's body limit, not a small one's
+    quiet: bool = False  # a success is logged at DEBUG: the hot routes
+    own_threads: bool = False  # run on threads no other route waits behind (/readyz)
+    rule: str = field(init=False)  # Flask's form, and the label of metrics and logs
+    params: tuple[str, ...] = field(init=False)
+    on_loop: bool = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "rule", _PARAM.sub(r"<\1>", self.path))
+        object.__setattr__(self, "params", tuple(_PARAM.findall(self.path)))
+        object.__setattr__(self, "on_loop", inspect.iscoroutinefunction(self.handler))
+
+    def for_thread(self) -> Callable[[Call], Answer]:
+        """The handler to run on a thread (Flask's)."""
+        if self.threaded is not None:
+            return self.threaded
+        if self.on_loop:
+            return partial(_awaited, self.handler)
+        handler: Callable[[Call], Answer] = self.handler
+        return handler
+
+
+def _awaited(handler: Handler, call: Call) -> Answer:
+    answer: Answer = asyncio.run(handler(call))
+    return answer
+
+
+def requires(action: str, param: str | None = None) -> Access:
+    return Access(action=action, param=param)
+
+
+def requires_token(note: str, *, forbids: bool = True) -> Access:
+    """Any valid token; the handler narrows its answer by the token's scopes (``note``
+    says how, for the document), refusing it (403) unless ``forbids`` is false."""
+    return Access(note=note, forbids=forbids)
+
+
+_GROUP = "invalid_producer_group"
+_CALLBACK_URL = "invalid_callback_url, callback_url_not_allowed"
+_TXN_PATH = "invalid_producer_group, invalid_transaction_id"
+_BODY = ("invalid_json, invalid_body_type, missing_field, unknown_field, invalid_type, "
+         "invalid_length, invalid_value, out_of_range")
+_DB = {"503": "database_unavailable"}
+_FINISH = {"400": _TXN_PATH, "404": "transaction_not_found",
+           "409": "invalid_state_transition", **_DB}
+_NAMES = "invalid_topic, reserved_topic, invalid_subscription"
+_GROUP_PATH = "/v1/producer-groups/{group}"
+_TXNS = f"{_GROUP_PATH}/transactions"
+_TXN = f"{_TXNS}/{{transaction_id}}"
+_SUBS = "/v1/topics/{topic}/subscriptions"
+_SUB = f"{_SUBS}/{{subscription}}"
+_PRODUCE, _CONSUME = requires(PRODUCE, "group"), requires(CONSUME, "topic")
+_REMOVED = {"204": {"description": "Removed."}}
+
+
+def _action(name: str, summary: str, handler: Handler, answer: Any, body: Any,
+            codes: str = "", *, body_required: bool = True, **more: Any) -> Route:
+    """A POST on one subscription."""
+    return Route("POST", f"{_SUB}/{name}", _CONSUME, handler, name, "subscriptions", summary,
+                 {"200": answer}, {"400": f"{_NAMES}, {_BODY}{codes}",
+                                   "413": "payload_too_large",
+                                   "404": "subscription_not_found", **_DB},
+                 body=body, body_required=body_required, **more)
+
+
+ROUTES: tuple[Route, ...] = (
+    Route("PUT", _GROUP_PATH, _PRODUCE, groups.put_group, "putProducerGroup",
+          "producer-groups", "Register (or replace) a producer group's check callbacks",
+          {"200": (ProducerGroup, "The stored registration.")},
+          {"400": f"{_GROUP}, {_BODY}, {_CALLBACK_URL}", "413": "payload_too_large", **_DB},
+          body=ProducerGroupIn),
+    Route("GET", _GROUP_PATH, _PRODUCE, groups.get_group, "getProducerGroup",
+          "producer-groups", "A producer group's registration, with its signing secret",
+          {"200": ProducerGroup}, {"400": _GROUP, "404": "producer_group_not_found", **_DB}),
+    Route("DELETE", _GROUP_PATH, _PRODUCE, groups.delete_group, "deleteProducerGroup",
+          "producer-groups",
+          "Remove a registration (its transactions stay and resolve as usual)", _REMOVED,
+          {"400": _GROUP, "404": "producer_group_not_found", **_DB}),
+    Route("POST", f"{_GROUP_PATH}/signing-secret/rotate", _PRODUCE,
+          groups.rotate_signing_secret, "rotateSigningSecret", "producer-groups",
+          "A new signing secret; the previous one signs too for "
+          "TXMSG_SIGNING_SECRET_OVERLAP_SECONDS",
+          {"200": (ProducerGroup, "The registration with its new signing secret.")},
+          {"400": _GROUP, "404": "producer_group_not_found", **_DB}),
+    Route("POST", _TXNS, _PRODUCE, transactions.send, "sendTransaction", "transactions",
+          "Send the half messages of a transaction (invisible until committed)",
+          {"201": (SentTransaction, "Stored, PREPARED."),
+           "200": (SentTransaction, ("A retried send (same transaction_id, same messages): "
+                                     "the first answer, whatever the state now."))},
+          {"400": f"{_GROUP}, {_BODY}, invalid_topic, reserved_topic, invalid_body, "
+                  "invalid_base64, too_many_properties, properties_too_large, invalid_tag, "
+                  f"invalid_transaction_id, {_CALLBACK_URL}, invalid_deliver_at, "
+                  "invalid_subscription, invalid_offset, too_many_acks",
+           "404": "subscription_not_found (an ack's subscription)",
+           "409": "transaction_id_conflict, ack_not_pending, ack_conflict",
+           "413": "body_too_large, payload_too_large",
+           "422": "unregistered_producer_group", **_DB},
+          body=(TransactionIn, SingleMessageTransactionIn),
+          parameters=("traceparent", "tracestate"), threaded=transactions.send_threaded, carries_messages=True, quiet=True),
+    Route("GET", _TXNS, _PRODUCE, transactions.list_transactions, "listTransactions",
+          "transactions", "The group's transactions, oldest first", {"200": TransactionList},
+          {"400": f"{_GROUP}, invalid_query_parameter", **_DB},
+          parameters=("state", "after", "limit")),
+    Route("GET", _TXN, _PRODUCE, transactions.get_transaction, "getTransaction",
+          "transactions", "One transaction with its state, check count and messages",
+          {"200": Transaction}, {"400": _TXN_PATH, "404": "transaction_not_found", **_DB}),
+    Route("POST", f"{_TXN}/commit", _PRODUCE, transactions.commit, "commitTransaction",
+          "transactions", "Make the messages visible (answered once durable; repeatable)",
+          {"200": (CommittedTransaction, "Committed (now or before).")},
+          # a transaction whose discard released its acks takes them again
+          {**_FINISH, "409": "invalid_state_transition, ack_not_pending, ack_conflict"},
+          threaded=transactions.commit_threaded, quiet=True),
+    Route("POST", f"{_TXN}/rollback", _PRODUCE, transactions.rollback, "rollbackTransaction",
+          "transactions", "Drop the messages for good (repeatable)",
+          {"200": (RolledBackTransaction, "Rolled back (now or before).")}, _FINISH,
+          threaded=transactions.rollback_threaded, quiet=True),
+    Route("POST", f"{_TXN}/resume-check", _PRODUCE, transactions.resume_check, "resumeCheck",
+          "transactions",
+          "Put a DISCARDED transaction back to PREPARED with its check count at 0",
+          {"200": (ResumedTransaction, ("PREPARED again; it will be checked again. Its acks "
+                                        "are held again if each can be; else they stay free "
+                                        "and its commit takes them or is refused."))},
+          _FINISH),
+    Route("GET", "/v1/topics", requires_token(
+        "consume:{topic} (lists only the topics the token may consume)", forbids=False),
+          topics.list_topics, "listTopics", "topics", "Topics with their next offset, by name",
+          {"200": TopicList}, {"400": "invalid_query_parameter", **_DB},
+          parameters=("after_topic", "limit")),
+    Route("GET", "/v1/topics/{topic}", _CONSUME, topics.get_topic, "getTopic", "topics",
+          "A topic's retained offsets and its retention", {"200": Topic},
+          {"400": "invalid_topic, reserved_topic", "404": "topic_not_found", **_DB}),
+    Route("PUT", "/v1/topics/{topic}", ADMIN_ONLY, topics.put_topic, "putTopic", "topics",
+          "Set a topic's retention (null: the default); an unknown topic is created",
+          {"200": Topic}, {"400": f"invalid_topic, reserved_topic, {_BODY}",
+                           "413": "payload_too_large", **_DB}, body=TopicRetentionIn),
+    Route("GET", "/v1/topics/{topic}/messages", _CONSUME, topics.read_topic, "readTopic",
+          "topics", "Committed messages of a topic in offset order, at most `limit` and "
+          "TXMSG_MAX_READ_BYTES of bodies but at least one; the next page starts at "
+          "`next_offset` (unknown topic: empty page)", {"200": TopicPage},
+          {"400": "invalid_topic, reserved_topic, invalid_query_parameter", **_DB},
+          parameters=("from_offset", "limit")),
+    Route("GET", _SUBS, _CONSUME, subscriptions.list_subscriptions, "listSubscriptions",
+          "subscriptions", "The topic's subscriptions by name", {"200": SubscriptionList},
+          {"400": "invalid_topic, reserved_topic, invalid_query_parameter", **_DB},
+          parameters=("after_subscription", "limit")),
+    Route("PUT", _SUB, _CONSUME, subscriptions.put_subscription, "putSubscription",
+          "subscriptions", "Create a subscription (201) or change its settings (200)",
+          {"201": (Subscription, "Created."),
+           "200": (Subscription, "Updated (initial_position ignored).")},
+          {"400": f"{_NAMES}, {_BODY}, invalid_dead_letter_topic, invalid_backoff",
+           "413": "payload_too_large", **_DB}, body=SubscriptionIn, body_required=False),
+    Route("GET", _SUB, _CONSUME, subscriptions.get_subscription, "getSubscription",
+          "subscriptions", "Settings, backlog, leases in flight and ack cursor",
+          {"200": Subscription}, {"400": _NAMES, "404": "subscription_not_found", **_DB}),
+    Route("DELETE", _SUB, _CONSUME, subscriptions.delete_subscription, "deleteSubscription",
+          "subscriptions", "Remove a subscription and its state", _REMOVED,
+          {"400": _NAMES, "404": "subscription_not_found", **_DB}),
+    _action("receive", "Lease deliverable messages, lowest offsets first (long polling "
+            "with wait_ms)", subscriptions.receive, Received, ReceiveIn, body_required=False,
+            threaded=subscriptions.receive_threaded, quiet=True),
+    _action("ack", "Acknowledge offsets (repeating is harmless)", subscriptions.ack, Acked,
+            OffsetsIn, ", invalid_offset", quiet=True),
+    _action("nack", "Give leased messages back: redelivered after delay_ms or the backoff",
+            subscriptions.nack, Nacked, NackIn, ", invalid_offset"),
+    _action("renew", "Extend the leases still held on these offsets", subscriptions.renew,
+            Renewed, OffsetsIn, ", invalid_offset"),
+    _action("seek", "Acknowledge every offset below `offset`, none from it on; leases "
+            "dropped", subscriptions.seek, Subscription, SeekIn, ", offset_out_of_range"),
+    Route("GET", "/v1/messages/{message_id}",
+          requires_token("produce:{group} of the message, or consume:{topic} once it is "
+                         "committed (else 404, as for an unknown id)"),
+          topics.get_message, "getMessage", "topics",
+          "One message, its transaction's state and, once committed, its offset",
+          {"200": Message}, {"400": "invalid_message_id", "404": "message_not_found", **_DB}),
+    Route("POST", "/v1/tokens", requires(ADMIN), tokens.create_token, "createToken",
+          "tokens", "Make a scoped bearer token (its secret shown once)",
+          {"201": (NewToken, "The token, with its secret.")},
+          {"400": f"{_BODY}, invalid_token_name, invalid_scope", "413": "payload_too_large",
+           **_DB}, body=TokenIn),
+    Route("GET", "/v1/tokens", requires(ADMIN), tokens.list_tokens, "listTokens", "tokens",
+          "The tokens, oldest first, without their secrets", {"200": TokenList},
+          {"400": "invalid_query_parameter", **_DB}, parameters=("after", "limit")),
+    Route("DELETE", "/v1/tokens/{token_id}", requires(ADMIN), tokens.revoke_token,
+          "revokeToken", "tokens", "Revoke a token (refused by every process within 5 s)",
+          {"204": {"description": "Revoked."}},
+          {"400": "invalid_token_id", "404": "token_not_found", **_DB}),
+    Route("GET", "/healthz", OPEN, health.healthz, "healthz", "health", "The process is up",
+          {"200": Health}, {}),
+    Route("GET", "/readyz", OPEN, health.readyz, "readyz", "health",
+          "The database answers and its schema is at head", {"200": Ready},
+          {"503": "database_unavailable, schema_not_at_head"}, own_threads=True),
+    Route("GET", "/metrics", OPEN, health.metrics_view, "metrics", "health",
+          "Prometheus text exposition",
+          {"200": {"description": "Metrics.",
+                   "content": {"text/plain": {"schema": {"type": "string"}}}}}, dict(_DB)),
+    Route("GET", "/openapi.json", OPEN, health.openapi, "openapi", "health", "This document",
+          {"200": {"description": "The OpenAPI 3.1 document.",
+                   "content": {"application/json": {"schema": {"type": "object"}}}}}, {}),
+)
 
 
 def openapi_path(rule: str) -> str:
@@ -18,16 +286,6 @@ def openapi_path(rule: str) -> str:
     return re.sub(r"<(?:[^:<>]+:)?([^<>]+)>", r"{\1}", rule)
 
 
-def declared_access() -> dict[tuple[str, str], Access | None]:
-    """(method, OpenAPI path) → what the route declares (None: nothing)."""
-    app = Flask(__name__)
-    for bp in BLUEPRINTS:
-        app.register_blueprint(bp)
-    out: dict[tuple[str, str], Access | None] = {}
-    for rule in app.url_map.iter_rules():
-        if rule.endpoint == "static":
-            continue
-        for method in rule.methods or ():
-            if method not in ("HEAD", "OPTIONS"):
-                out[method, openapi_path(rule.rule)] = access_of(app.view_functions[rule.endpoint])
-    return out
+def declared_access() -> dict[tuple[str, str], Access]:
+    """(method, OpenAPI path) → what the route needs."""
+    return {(route.method, route.path): route.access for route in ROUTES}

@@ -8,8 +8,9 @@ the request is served carries it.
 Whoever sees a request first chooses its id and start time: the ASGI front
 (``app.api.asgi``) for everything under ``txmsg serve``, which hands them to Flask in the
 ASGI scope (a2wsgi passes the scope on as ``environ["asgi.scope"]``); Flask itself when
-it runs alone. The requests the front answers itself (send, commit, rollback, /healthz,
-its refusals) are recorded by the front, all others by Flask, each exactly once.
+it runs alone. The requests the front answers itself (every route of the route table,
+and its refusals) are recorded by the front, all others (the dashboard, 404s, 405s) by
+Flask, each exactly once.
 
 Behind a reverse proxy (``TXMSG_TRUSTED_PROXIES``), a request whose direct peer is in
 those networks has its ``X-Forwarded-For`` and ``X-Forwarded-Proto`` honoured (werkzeug's
@@ -65,9 +66,10 @@ def request_id(incoming: str | None) -> str:
 def record(request_id: str, method: str, route: str, path: str, status: int,
            started: float, *, hot: bool = False, client: str | None = None) -> None:
     """Observe the request's duration under its route, and log its access line: WARNING
-    for a 5xx, DEBUG for probes and for the successes of the ``hot`` routes (send,
-    commit, rollback on the ASGI front: an INFO line each would cost more CPU than the
-    rest of their telemetry many times over, see docs/operations.md), INFO otherwise."""
+    for a 5xx, DEBUG for probes and for the successes of the ``hot`` routes (those the
+    route table marks ``quiet``, on the ASGI front: send, commit, rollback, receive, ack;
+    an INFO line each would cost more CPU than the rest of their telemetry many times
+    over, see docs/operations.md), INFO otherwise."""
     seconds = time.perf_counter() - started
     method = method if method in _METHODS else "OTHER"
     key = (route, method, status)
@@ -128,6 +130,20 @@ def trusted_peer(address: str | None, networks: Sequence[IPNetwork]) -> bool:
     if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
         ip = ip.ipv4_mapped
     return any(ip in net for net in networks)
+
+
+def asgi_client(scope: Any, networks: Sequence[IPNetwork]) -> str | None:
+    """An ASGI request's client, as ``_BehindProxies`` makes Flask's: the direct peer, or,
+    for a trusted proxy, the last address of its ``X-Forwarded-For``."""
+    peer = scope.get("client")
+    address: str | None = peer[0] if peer else None
+    if networks and trusted_peer(address, networks):
+        forwarded = [value.decode("latin-1") for name, value in scope["headers"]
+                     if name == b"x-forwarded-for"]
+        last = ",".join(forwarded).split(",")[-1].strip()
+        if last:
+            return last
+    return address
 
 
 class _Identified:

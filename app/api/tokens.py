@@ -2,36 +2,27 @@
 
 from __future__ import annotations
 
-from flask import Blueprint, Response
-
-from app.api.access import requires
-from app.api.http import int_arg, json_body, json_response, limit_arg, no_content, state
+from app.api.call import Answer, Call
+from app.api.http import parse_json
 from app.domain import tokens
-from app.domain.access import ADMIN
-
-bp = Blueprint("tokens", __name__, url_prefix="/v1/tokens")
 
 
-@bp.post("")
-@requires(ADMIN)
-def create_token() -> Response:
+def create_token(call: Call) -> Answer:
     """Make a token; its secret is in this answer only."""
-    request = tokens.parse_token_request(json_body())
-    return json_response(tokens.create(state().engine, request), 201)
+    request = tokens.parse_token_request(parse_json(call.body))
+    return 201, tokens.create(call.state.engine, request)
 
 
-@bp.get("")
-@requires(ADMIN)
-def list_tokens() -> Response:
+def list_tokens(call: Call) -> Answer:
     """The tokens, oldest first, without their secrets; ``after`` pages."""
-    return json_response(tokens.list_tokens(state().engine, int_arg("after", 0, 0), limit_arg()))
+    return 200, tokens.list_tokens(call.state.engine, call.int_arg("after", 0, 0),
+                                   call.limit_arg())
 
 
-@bp.delete("/<token_id>")
-@requires(ADMIN)
-def revoke_token(token_id: str) -> Response:
+def revoke_token(call: Call) -> Answer:
     """Revoke a token: refused here at once, by every other process within 5 s."""
+    token_id = call.params["token_id"]
     tokens.check_token_id(token_id)
-    tokens.revoke(state().engine, token_id)
-    state().guard.forget()
-    return no_content()
+    tokens.revoke(call.state.engine, token_id)
+    call.state.guard.forget()
+    return 204, None

@@ -1,113 +1,110 @@
-"""Transactions: send half messages, commit, roll back, resume checks, query."""
+"""Transactions: send half messages, commit, roll back, resume checks, query.
+
+A send, a commit and a rollback wait for their group-commit batch: on the ASGI front
+they wait on the event loop (``send``, ``commit``, ``rollback``); under Flask, on the
+request's thread (their ``*_threaded`` twins). Both parse, check and answer alike.
+"""
 
 from __future__ import annotations
 
-from typing import Any
-
-from flask import Blueprint, Response, request
-
-from app.api.access import current_principal, requires
-from app.api.bodies import carries_messages
-from app.api.http import int_arg, json_response, limit_arg, parse_json, request_body, state
-from app.api.tracing import flask_trace
+from app.api.call import Answer, Call
+from app.api.http import parse_json
+from app.api.tracing import request_trace
 from app.domain import reads
-from app.domain.access import CONSUME, PRODUCE, Principal
-from app.domain.lifecycle import Lifecycle, SendResult
+from app.domain.access import CONSUME
+from app.domain.lifecycle import SendResult
 from app.domain.messages import TransactionIn, parse_transaction
 from app.domain.names import check_group_name, check_transaction_id
 from app.domain.trace_context import TraceContext, stamp
 from app.errors import Forbidden
 from app.vocabulary import Op
 
-bp = Blueprint("transactions", __name__, url_prefix="/v1/producer-groups/<group>/transactions")
 
-
-def parse_send(lifecycle: Lifecycle, group: str, raw: bytes,
-               trace: TraceContext | None = None) -> TransactionIn:
-    """A send's group name and body, validated: the transaction to store, its messages
-    carrying the request's trace context (``app.domain.trace_context``).
-
-    Shared by the Flask route and the ASGI front (``app.api.asgi``), as are
-    ``send_answer`` and ``check_finish``.
-    """
-    check_group_name(group)
-    txn = parse_transaction(parse_json(raw), max_body_bytes=lifecycle.settings.max_body_bytes,
+def _send_request(call: Call) -> tuple[str, TransactionIn, TraceContext | None]:
+    """The group and the transaction to store, its messages carrying the request's trace
+    context (``app.domain.trace_context``), and that context; acks in a send act on
+    subscriptions, so each acked topic needs ``consume:<topic>`` as well."""
+    group = check_group_name(call.params["group"])
+    lifecycle = call.state.lifecycle
+    trace = request_trace(call.headers)
+    txn = parse_transaction(parse_json(call.body),
+                            max_body_bytes=lifecycle.settings.max_body_bytes,
                             callback_policy=lifecycle.callback_policy)
-    return txn if trace is None else stamp(txn, trace)
-
-
-def check_ack_scopes(principal: Principal, request: TransactionIn) -> None:
-    """Acks in a send act on subscriptions: each needs ``consume:<topic>`` as well."""
-    for topic, _ in request.ack_set():
-        if not principal.may(CONSUME, topic):
+    if trace is not None:
+        txn = stamp(txn, trace)
+    for topic, _ in txn.ack_set() if txn.acks else ():
+        if not call.principal.may(CONSUME, topic):
             scope = f"{CONSUME}:{topic}"
             raise Forbidden(f"acks on topic {topic!r} need the scope {scope!r}",
                             required_scope=scope)
+    return group, txn, trace
 
 
-def send_answer(result: SendResult) -> tuple[dict[str, Any], int]:
+def _sent(result: SendResult) -> Answer:
     """A stored transaction (201), or a retried send repeated (200)."""
-    return result.body, 201 if result.created else 200
+    return 201 if result.created else 200, result.body
 
 
-def check_finish(group: str, transaction_id: str) -> None:
-    check_group_name(group)
-    check_transaction_id(transaction_id)
-
-
-@bp.post("")
-@requires(PRODUCE, "group")
-@carries_messages
-def send(group: str) -> Response:
+async def send(call: Call) -> Answer:
     """Store half messages (with acks: each acked topic needs consume:<topic> too)."""
-    lifecycle = state().lifecycle
-    trace = flask_trace()
-    txn = parse_send(lifecycle, group, request_body(), trace)
-    check_ack_scopes(current_principal(), txn)
-    return json_response(*send_answer(lifecycle.send(group, txn, trace)))
+    group, txn, trace = _send_request(call)
+    return _sent(await call.state.lifecycle.send_async(group, txn, trace))
 
 
-def _finish(group: str, transaction_id: str, op: Op) -> Response:
+def send_threaded(call: Call) -> Answer:
+    group, txn, trace = _send_request(call)
+    return _sent(call.state.lifecycle.send(group, txn, trace))
+
+
+def _names(call: Call) -> tuple[str, str]:
+    return (check_group_name(call.params["group"]),
+            check_transaction_id(call.params["transaction_id"]))
+
+
+async def _finish_async(call: Call, op: Op) -> Answer:
+    group, transaction_id = _names(call)
+    return 200, (await call.state.lifecycle.finish_async(group, transaction_id, op,
+                                                         request_trace(call.headers))).body
+
+
+def _finish(call: Call, op: Op) -> Answer:
     """Commit, roll back or resume checks (always 200)."""
-    check_finish(group, transaction_id)
-    return json_response(state().lifecycle.finish(group, transaction_id, op,
-                                                  trace=flask_trace()).body)
+    group, transaction_id = _names(call)
+    return 200, call.state.lifecycle.finish(group, transaction_id, op,
+                                            trace=request_trace(call.headers)).body
 
 
-@bp.post("/<transaction_id>/commit")
-@requires(PRODUCE, "group")
-def commit(group: str, transaction_id: str) -> Response:
+async def commit(call: Call) -> Answer:
     """Make the transaction's messages visible; answered once they are durable."""
-    return _finish(group, transaction_id, Op.COMMIT)
+    return await _finish_async(call, Op.COMMIT)
 
 
-@bp.post("/<transaction_id>/rollback")
-@requires(PRODUCE, "group")
-def rollback(group: str, transaction_id: str) -> Response:
+def commit_threaded(call: Call) -> Answer:
+    return _finish(call, Op.COMMIT)
+
+
+async def rollback(call: Call) -> Answer:
     """Drop the transaction's messages for good."""
-    return _finish(group, transaction_id, Op.ROLLBACK)
+    return await _finish_async(call, Op.ROLLBACK)
 
 
-@bp.post("/<transaction_id>/resume-check")
-@requires(PRODUCE, "group")
-def resume_check(group: str, transaction_id: str) -> Response:
+def rollback_threaded(call: Call) -> Answer:
+    return _finish(call, Op.ROLLBACK)
+
+
+def resume_check(call: Call) -> Answer:
     """Put a DISCARDED transaction back to PREPARED with its check count at 0."""
-    return _finish(group, transaction_id, Op.RESUME)
+    return _finish(call, Op.RESUME)
 
 
-@bp.get("/<transaction_id>")
-@requires(PRODUCE, "group")
-def get_transaction(group: str, transaction_id: str) -> Response:
+def get_transaction(call: Call) -> Answer:
     """One transaction with its state, check count and messages."""
-    check_group_name(group)
-    check_transaction_id(transaction_id)
-    return json_response(reads.get_transaction(state().engine, group, transaction_id))
+    group, transaction_id = _names(call)
+    return 200, reads.get_transaction(call.state.engine, group, transaction_id)
 
 
-@bp.get("")
-@requires(PRODUCE, "group")
-def list_transactions(group: str) -> Response:
+def list_transactions(call: Call) -> Answer:
     """The group's transactions, oldest first; ``state`` filters, ``after`` pages."""
-    check_group_name(group)
-    return json_response(reads.list_transactions(
-        state().engine, group, request.args.get("state"), int_arg("after", 0, 0), limit_arg()))
+    group = check_group_name(call.params["group"])
+    return 200, reads.list_transactions(call.state.engine, group, call.query.get("state"),
+                                        call.int_arg("after", 0, 0), call.limit_arg())

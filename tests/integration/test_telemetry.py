@@ -13,8 +13,8 @@ import pytest
 from flask import Flask
 from prometheus_client import REGISTRY
 
-from app.api import asgi
 from app.api.asgi import MAX_HEAD_BYTES, Api
+from app.api.routes import ROUTES
 from app.api.telemetry import UNMATCHED
 from app.config import Settings
 from tests.asgi_client import AsgiClient
@@ -195,5 +195,6 @@ def test_no_raw_path_becomes_a_label(client: Any) -> None:
 
 def test_the_fronts_routes_are_the_flask_rules(app: Flask) -> None:
     """The front labels its answers as Flask would: with the rules' own patterns."""
-    posted = {rule.rule for rule in app.url_map.iter_rules() if "POST" in (rule.methods or ())}
-    assert set(asgi._RULES.values()) <= posted
+    rules = {(method, rule.rule) for rule in app.url_map.iter_rules()
+             for method in rule.methods or () if method not in ("HEAD", "OPTIONS")}
+    assert {(route.method, route.rule) for route in ROUTES} <= rules

@@ -1,0 +1,88 @@
+"""What a handler is given and what it gives back, whichever front serves the request.
+
+A handler (``app.api.routes``) is a function of a ``Call``: the route's path parameters,
+the query (parsed only if asked for), the raw body (already read within the route's
+limit), who the request acts as, the app's state and the request's header fields. It
+answers ``(status, body)``: a body to write as JSON, ``None`` for a 204, or ``Raw``
+bytes with their media type; or it raises an ``ApiError``. The ASGI front
+(``app.api.asgi``) and Flask (``app.api.flask_routes``) build the call each their way and
+render the answer the same way (``app.api.http``).
+
+A handler that waits (a send or a commit for its group-commit batch, a long-polling
+receive) is ``async``: on the front it waits on the event loop, holding no thread; what
+it must do off the loop it hands to ``offload``, and a long poll's wait goes through
+``wait`` (the front's probed waits, or a plain wait on the topic's signal under Flask).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple, TypeVar
+from urllib.parse import parse_qsl
+
+from app.domain.access import Principal
+from app.domain.limits import MAX_INT64
+from app.errors import InvalidRequest
+
+T = TypeVar("T")
+# plain decimal digits only (int() would also take "1_0", " 7" or other scripts' digits)
+_INT_RE = re.compile(r"-?[0-9]{1,19}")
+
+
+class Raw(NamedTuple):
+    """An answer's body that is not JSON."""
+
+    data: bytes
+    media_type: str
+
+
+Answer = tuple[int, Any]  # (status, JSON body | None for 204 | Raw)
+Offload = Callable[..., Awaitable[Any]]
+Wait = Callable[[str, str, int, float], Awaitable[None]]
+
+
+@dataclass(slots=True)
+class Call:
+    params: dict[str, str]
+    body: bytes
+    principal: Principal
+    state: Any  # app.web.AppState (app.web imports this package)
+    headers: Iterable[tuple[bytes, bytes]]  # lower-case names, as in an ASGI scope
+    query_string: bytes = b""
+    offload: Offload | None = None  # run a blocking function off the event loop
+    wait: Wait | None = None  # a long poll's wait: (topic, subscription, seen, timeout)
+    _query: Mapping[str, str] | None = field(default=None)
+
+    @property
+    def query(self) -> Mapping[str, str]:
+        """The query's parameters (the first value of each), parsed when first asked."""
+        if self._query is None:
+            self._query = {}
+            for name, value in parse_qsl(self.query_string.decode("latin-1"),
+                                         keep_blank_values=True, encoding="utf-8",
+                                         errors="replace"):
+                self._query.setdefault(name, value)
+        return self._query
+
+    def int_arg(self, name: str, default: int, lo: int, hi: int = MAX_INT64) -> int:
+        raw = self.query.get(name)
+        if raw is None:
+            return default
+        value = int(raw) if _INT_RE.fullmatch(raw) else None
+        if value is None or value < lo or value > hi:
+            bounds = f"{lo}..{hi}" if hi != MAX_INT64 else f">= {lo}"
+            raise InvalidRequest(f"query parameter {name} must be an integer {bounds}, got "
+                                 f"{raw!r}", code="invalid_query_parameter", parameter=name)
+        return value
+
+    def limit_arg(self) -> int:
+        return self.int_arg("limit", 100, 1, 1000)
+
+    async def run(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` off the event loop (where there is one to keep free)."""
+        if self.offload is None:
+            return fn(*args)
+        result: T = await self.offload(fn, *args)
+        return result
