@@ -18,7 +18,7 @@ from app.storage.db import write_transaction
 from app.storage.schema import subscription_offset, txn
 from app.vocabulary import Op
 from tests.integration.helpers import finish, row_counts
-from tests.integration.test_transactional_acks import (
+from tests.integration.transactional_ack_helpers import (
     GROUP,
     SUB,
     Clock,
@@ -28,7 +28,7 @@ from tests.integration.test_transactional_acks import (
     setup,
     state,
 )
-from tests.integration.test_transactional_acks import clock as clock_fixture
+from tests.integration.transactional_ack_helpers import clock as clock_fixture
 
 clock = clock_fixture
 
