@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
+from app.domain import clock as domain
 from app.domain import lifecycle as lifecycle_module
-from app.domain import subscriptions as domain
 from app.errors import DatabaseUnavailable
 from app.storage.schema import txn
 from app.vocabulary import Op
