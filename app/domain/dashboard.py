@@ -21,7 +21,7 @@ from app.domain import subscriptions as subs
 from app.domain.lifecycle import utcnow
 from app.domain.names import is_valid_name, is_valid_transaction_id
 from app.errors import InvalidRequest, NotFound
-from app.storage import checks, dashboard, reads
+from app.storage import checks, dashboard, log, reads
 from app.storage.groups import check_urls
 from app.storage.schema import AnyRow
 from app.vocabulary import State
@@ -231,7 +231,7 @@ def browse(engine: Engine, topic: str, from_offset: int | None,
         first = min(line.first_offset, line.next_offset) if line is not None else 0
         end = line.next_offset if line is not None else 0
         start = max(end - limit, first) if from_offset is None else max(from_offset, first)
-        rows = dashboard.browse_topic(conn, topic, start, limit, PREVIEW_BYTES)
+        rows = log.browse(conn, topic, start, limit, PREVIEW_BYTES)
     shown = [{"offset": r.queue_offset, "message_id": r.message_id,
               "transaction_id": r.transaction_id, "producer_group": r.producer_group,
               "tag": r.tag, "keys": orjson.loads(r.keys), "size": r.size,

@@ -3,7 +3,6 @@ those whose deliveries are spent (``app.domain.subscriptions``)."""
 
 from __future__ import annotations
 
-import base64
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -15,7 +14,9 @@ from app.domain import clock
 from app.domain.leasing import backoff
 from app.domain.limits import MAX_INT64, offset_plus
 from app.domain.names import new_message_id
+from app.domain.reads import message_as_read
 from app.domain.subscription_settings import found
+from app.storage import log
 from app.storage import subscription_acks as acks
 from app.storage import subscription_leases as leases
 from app.storage import subscriptions as store
@@ -61,9 +62,9 @@ def receive(engine: Engine, topic: str, name: str, max_messages: int,
     if not leased.picked:
         return leased.received
     with engine.connect() as conn:
-        rows = leases.messages(conn, topic, list(leased.picked))
+        rows = log.read_at(conn, topic, list(leased.picked))
     leased.received.messages = [
-        {**message_fields(r), "redelivery_count": leased.picked[r.queue_offset]} for r in rows]
+        {**message_as_read(r), "redelivery_count": leased.picked[r.queue_offset]} for r in rows]
     return leased.received
 
 
@@ -74,7 +75,7 @@ def _first_deliveries(engine: Engine, topic: str, name: str, max_messages: int,
                                       max_offset=MAX_INT64)
     if rows is None:
         return None
-    return Received([{**message_fields(r), "redelivery_count": 0} for r in rows])
+    return Received([{**message_as_read(r), "redelivery_count": 0} for r in rows])
 
 
 @dataclass
@@ -158,25 +159,13 @@ def _lease(conn: Connection, sub: AnyRow, max_messages: int, max_bytes: int) -> 
     return _Leased(Received([], len(dead), sub.dead_letter_topic, redelivered), dict(picked))
 
 
-def message_fields(row: AnyRow) -> dict[str, Any]:
-    """A committed message as a read shows it, to be written as JSON: its keys and
-    properties are the JSON text they are stored as (not parsed to be written again)."""
-    body = ({"body": bytes(row.body).decode()} if row.body_is_text
-            else {"body_base64": base64.b64encode(row.body).decode()})
-    return {"offset": row.queue_offset, "message_id": row.message_id,
-            "transaction_id": row.transaction_id, "producer_group": row.producer_group,
-            "keys": orjson.Fragment(row.keys),
-            "tag": row.tag, "properties": orjson.Fragment(row.properties), **body,
-            "created_at": row.created_at, "committed_at": row.committed_at}
-
-
 def _dead_letter(conn: Connection, sub: AnyRow, deliveries: dict[int, int], cursor: int,
                  read: int, now: datetime) -> int:
     """Append the messages at these offsets (with their deliveries) to the dead-letter
     topic, each a new message with its own id, and acknowledge them; the cursor moved
     over them."""
     offsets = sorted(deliveries)
-    rows = leases.messages(conn, sub.topic, offsets)
+    rows = log.read_at(conn, sub.topic, offsets)
     appended = []
     for r in rows:
         props = orjson.loads(r.properties)
@@ -186,6 +175,6 @@ def _dead_letter(conn: Connection, sub: AnyRow, deliveries: dict[int, int], curs
         appended.append({"half_message_id": r.half_message_id, "message_id": new_message_id(),
                          "properties": orjson.dumps(props).decode(), "committed_at": now})
     if appended:
-        leases.append(conn, sub.dead_letter_topic, appended)
+        log.append(conn, sub.dead_letter_topic, appended)
     acks.acknowledge(conn, sub.id, offsets)
     return store.advance(conn, sub.id, cursor, read)

@@ -50,7 +50,7 @@ from app.domain.subscription_models import (
     default_dead_letter_topic,
     names_other_dead_letter_topic,
 )
-from app.domain.subscription_receives import Received, anything_due, message_fields, receive
+from app.domain.subscription_receives import Received, anything_due, receive
 from app.domain.subscription_settings import (
     backlogs,
     delete,
@@ -67,7 +67,7 @@ __all__ = [
     "NackIn", "Nacked", "OffsetsIn", "ReceiveIn", "Received", "SeekIn", "SubscriptionIn",
     "Subscriptions", "ack", "anything_due", "backlogs", "backoff_ms", "check_subscription_name",
     "dead_letter_topic", "default_dead_letter_topic", "delete", "describe_each", "get",
-    "hold_acks", "list_subscriptions", "message_fields", "nack", "names_other_dead_letter_topic",
+    "hold_acks", "list_subscriptions", "nack", "names_other_dead_letter_topic",
     "put", "receive", "renew", "seek", "utcnow",
 ]
 

@@ -35,9 +35,8 @@ from sqlalchemy import (
     tuple_,
     update,
 )
-from sqlalchemy.dialects import postgresql, sqlite
 
-from app.storage.bulk import among, is_pg
+from app.storage.bulk import among, dialect_insert, is_pg
 from app.storage.schema import (
     AnyRow,
     AnySelect,
@@ -55,11 +54,6 @@ from app.storage.schema import (
 from app.vocabulary import State
 
 _RESOLVED = (State.COMMITTED.value, State.ROLLED_BACK.value)
-
-
-def _insert_ignoring_conflicts(conn: Connection, table, index_elements: list[str]):  # type: ignore[no-untyped-def]
-    dialect = postgresql if is_pg(conn) else sqlite
-    return dialect.insert(table).on_conflict_do_nothing(index_elements=index_elements)
 
 
 # -- topics ------------------------------------------------------------------------------
@@ -102,9 +96,9 @@ def set_retention(conn: Connection, topic: str, seconds: int | None) -> None:
 
     A new topic's counter row is inserted only if missing (a conflict does not lock it).
     """
-    conn.execute(_insert_ignoring_conflicts(conn, topic_offset, ["topic"])
+    conn.execute(dialect_insert(conn, topic_offset).on_conflict_do_nothing(index_elements=["topic"])
                  .values(topic=topic, next_offset=0))
-    conn.execute(_insert_ignoring_conflicts(conn, topic_retention, ["topic"])
+    conn.execute(dialect_insert(conn, topic_retention).on_conflict_do_nothing(index_elements=["topic"])
                  .values(topic=topic, first_offset=0))
     conn.execute(update(topic_retention).where(topic_retention.c.topic == topic)
                  .values(retention_seconds=seconds))
@@ -114,7 +108,7 @@ def add_missing_topics(conn: Connection) -> None:
     """A ``topic_retention`` row (first offset 0) for every topic that has none yet."""
     missing = select(topic_offset.c.topic, literal(0)).where(~exists().where(
         topic_retention.c.topic == topic_offset.c.topic))
-    conn.execute(_insert_ignoring_conflicts(conn, topic_retention, ["topic"])
+    conn.execute(dialect_insert(conn, topic_retention).on_conflict_do_nothing(index_elements=["topic"])
                  .from_select(["topic", "first_offset"], missing))
 
 
@@ -218,7 +212,7 @@ WALK_START: tuple[datetime, int] = (datetime(1970, 1, 1, tzinfo=UTC), 0)
 def lock_cursor(conn: Connection) -> tuple[datetime, int] | None:
     """The walk's position (resolved_at, txn id), locked for this batch; None if another
     process holds it."""
-    conn.execute(_insert_ignoring_conflicts(conn, retention_cursor, ["kind"])
+    conn.execute(dialect_insert(conn, retention_cursor).on_conflict_do_nothing(index_elements=["kind"])
                  .values(kind=TRANSACTIONS, resolved_at=WALK_START[0], txn_id=WALK_START[1]))
     stmt = (select(retention_cursor.c.resolved_at, retention_cursor.c.txn_id)
             .where(retention_cursor.c.kind == TRANSACTIONS).with_for_update(skip_locked=True))

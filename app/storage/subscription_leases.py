@@ -21,22 +21,16 @@ from sqlalchemy import (
     update,
 )
 
-from app.storage.bulk import among, insert_rows, is_pg
+from app.storage.bulk import insert_rows, is_pg
+from app.storage.log import body_size
 from app.storage.schema import (
     AnyRow,
     UTCDateTime,
     half_message,
-    logged_message_id,
     message_log,
-    topic_offset,
     topic_retention,
-    txn,
 )
-from app.storage.subscriptions import insert_ignoring, locking_offsets, so
-
-
-def _size() -> Any:
-    return func.length(half_message.c.body).label("size")
+from app.storage.subscriptions import locking_offsets, so
 
 
 def due(conn: Connection, sub_id: int, topic: str, now: datetime, limit: int, *,
@@ -45,7 +39,7 @@ def due(conn: Connection, sub_id: int, topic: str, now: datetime, limit: int, *,
     first, with their message's body size: those delivered at least ``dead_from`` times,
     or those delivered fewer than ``live_below`` times. Locked: an ack that came first
     leaves them out, one that comes later waits for this transaction."""
-    stmt = (select(so.c.queue_offset, so.c.deliveries, _size())
+    stmt = (select(so.c.queue_offset, so.c.deliveries, body_size())
             .select_from(so.join(message_log, and_(message_log.c.topic == topic,
                                                   message_log.c.queue_offset == so.c.queue_offset))
                          .join(half_message, half_message.c.id == message_log.c.half_message_id))
@@ -71,29 +65,11 @@ def scan(conn: Connection, topic: str, from_offset: int, end: int) -> list[AnyRo
 
 
 def scan_statement(topic: str, from_offset: int, end: int) -> Select[Any]:
-    return (select(message_log.c.queue_offset, message_log.c.deliver_at, _size())
+    return (select(message_log.c.queue_offset, message_log.c.deliver_at, body_size())
             .join(half_message, half_message.c.id == message_log.c.half_message_id)
             .where(message_log.c.topic == topic, message_log.c.queue_offset >= from_offset,
                    message_log.c.queue_offset < end)
             .order_by(message_log.c.queue_offset))
-
-
-def messages(conn: Connection, topic: str, offsets: Sequence[int]) -> list[AnyRow]:
-    """The committed messages at these offsets, as a read shows them, in offset order."""
-    if not offsets:
-        return []
-    return list(conn.execute(
-        select(message_log.c.queue_offset, message_log.c.committed_at,
-               message_log.c.half_message_id,
-               func.coalesce(message_log.c.properties, half_message.c.properties)
-               .label("properties"),
-               logged_message_id(), half_message.c["keys"], half_message.c.tag,
-               half_message.c.body, half_message.c.body_is_text, half_message.c.created_at,
-               txn.c.transaction_id, txn.c.producer_group)
-        .join(half_message, half_message.c.id == message_log.c.half_message_id)
-        .join(txn, txn.c.id == half_message.c.txn_id)
-        .where(message_log.c.topic == topic, among(conn, message_log.c.queue_offset, sorted(offsets)))
-        .order_by(message_log.c.queue_offset)))
 
 
 def add_offsets(conn: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
@@ -211,7 +187,8 @@ def first_deliveries(conn: Connection, topic: str, name: str, now: datetime,
     moved nothing, lease the committed messages past the read offset (lowest first, up to
     ``max_messages``, ``max_bytes`` of bodies but at least one, stopping at the first
     delayed one) as ``add_leased`` does, move the read offset over them, and return them
-    as ``messages`` does. The subscription is found by its name in the same statement.
+    with the columns of ``app.storage.log.as_read``. The subscription is found by its name
+    in the same statement.
     None when the case is not the common one or there is no such subscription (the caller
     takes the general way); an empty list when there is nothing to deliver.
     ``max_offset``: the highest offset there can be, which bounds the window's end.
@@ -304,19 +281,3 @@ def anything_due(conn: Connection, sub: AnyRow, now: datetime) -> bool:
         message_log.c.topic == sub.topic, message_log.c.queue_offset >= sub.read_offset,
         or_(message_log.c.deliver_at.is_(None), message_log.c.deliver_at <= now)).limit(1)
     return conn.execute(fresh).first() is not None
-
-
-def append(conn: Connection, topic: str, rows: Sequence[Mapping[str, Any]]) -> int:
-    """Append committed log rows (half_message_id, message_id, properties, committed_at) to
-    ``topic`` at the next offsets, taken from its counter (locked until this transaction
-    ends, as a commit does); the first offset taken."""
-    n = len(rows)
-    stmt = insert_ignoring(conn)(topic_offset).values(topic=topic, next_offset=n)
-    stmt = stmt.on_conflict_do_update(
-        index_elements=[topic_offset.c.topic],
-        set_={"next_offset": topic_offset.c.next_offset + stmt.excluded.next_offset},
-    ).returning(topic_offset.c.next_offset)
-    first = int(conn.execute(stmt).scalar_one()) - n
-    insert_rows(conn, message_log, [{"topic": topic, "queue_offset": first + i,
-                                     "deliver_at": None, **r} for i, r in enumerate(rows)])
-    return first

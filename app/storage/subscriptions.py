@@ -41,9 +41,8 @@ from sqlalchemy import (
     select,
     update,
 )
-from sqlalchemy.dialects import postgresql, sqlite
 
-from app.storage.bulk import is_pg
+from app.storage.bulk import dialect_insert, is_pg
 from app.storage.retention import first_offset
 from app.storage.schema import (
     AnyRow,
@@ -56,11 +55,6 @@ from app.storage.schema import (
 )
 
 so = subscription_offset
-
-
-def insert_ignoring(conn: Connection) -> Any:
-    """``insert`` of the connection's dialect (one that takes ``ON CONFLICT``)."""
-    return (postgresql if is_pg(conn) else sqlite).insert
 
 
 def locking_offsets(conn: Connection, stmt: Select[Any]) -> Select[Any]:
@@ -77,7 +71,7 @@ def get(conn: Connection, topic: str, name: str, *, lock: bool = False) -> AnyRo
 
 def create(conn: Connection, values: Mapping[str, Any]) -> bool:
     """Insert a subscription unless (topic, name) is taken; whether it was inserted."""
-    stmt = (insert_ignoring(conn)(subscription).values(**values)
+    stmt = (dialect_insert(conn, subscription).values(**values)
             .on_conflict_do_nothing(index_elements=["topic", "name"])
             .returning(subscription.c.id))
     return conn.execute(stmt).first() is not None
