@@ -12,7 +12,7 @@ from sqlalchemy import Engine
 
 from app.domain.access import CONSUME, PRODUCE, UNRESTRICTED, Principal
 from app.errors import Forbidden, InvalidRequest, NotFound
-from app.storage import checks, log, reads, retention, topics
+from app.storage import checks, log, reads, topics
 from app.storage.schema import AnyRow
 from app.vocabulary import State
 
@@ -101,7 +101,7 @@ def read_topic(engine: Engine, topic: str, from_offset: int, limit: int,
     at least one message); the next page starts at ``next_offset``. Below the retained
     range it starts at ``first_offset``."""
     with engine.connect() as conn:
-        first = retention.first_offset(conn, topic)
+        first = topics.first_offset(conn, topic)
         from_offset = max(from_offset, first)
         rows = log.read_page(conn, topic, from_offset, limit, max_bytes)
     messages = [message_as_read(r) for r in rows]
@@ -142,7 +142,7 @@ def get_message(engine: Engine, message_id: str,
                 principal: Principal = UNRESTRICTED) -> dict[str, Any]:
     """One message as ``principal`` may see it (``check_may_read``)."""
     with engine.connect() as conn:
-        row = topics.get_message(conn, message_id)
+        row = log.get_message(conn, message_id)
     if row is None:
         raise message_not_found(message_id)
     out: dict[str, Any] = {

@@ -16,6 +16,7 @@ from app.errors import InvalidRequest
 from app.storage import subscription_acks as acks
 from app.storage import subscription_leases as leases
 from app.storage import subscriptions as store
+from app.storage import topics
 from app.storage.db import commit_without_flush, each_statement_alone, write_transaction
 from app.storage.schema import AnyRow
 
@@ -99,7 +100,7 @@ def seek(engine: Engine, topic: str, name: str, offset: int) -> dict[str, Any]:
     or discard releases them for delivery."""
     with write_transaction(engine) as conn:
         sub = _locked(conn, topic, name)
-        _, nxt = store.topic_ends(conn, topic)
+        _, nxt = topics.topic_ends(conn, topic)
         if offset > nxt:
             raise InvalidRequest(f"offset {offset} is past the topic's next offset {nxt}",
                                  code="offset_out_of_range", next_offset=nxt)

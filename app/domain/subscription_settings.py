@@ -14,6 +14,7 @@ from app.domain.names import NAME_PATTERN, is_valid_name
 from app.domain.subscription_models import SubscriptionIn, dead_letter_topic
 from app.errors import InvalidRequest, NotFound
 from app.storage import subscriptions as store
+from app.storage import topics
 from app.storage.db import write_transaction
 from app.storage.schema import AnyRow
 
@@ -28,7 +29,7 @@ def _settings(row: AnyRow) -> dict[str, Any]:
 
 
 def describe(conn: Connection, row: AnyRow, now: datetime) -> dict[str, Any]:
-    first, nxt = store.topic_ends(conn, row.topic)
+    first, nxt = topics.topic_ends(conn, row.topic)
     rows = store.counts(conn, row.id, now, first)
     backlog = max(0, nxt - max(row.read_offset, first)) + rows.open
     # the stored cursor may lag behind acks (it moves when the subscription row is free):
@@ -68,7 +69,7 @@ def put(engine: Engine, topic: str, name: str, request: SubscriptionIn
                 "dead_letter_topic": dead_letter}
     now = clock.utcnow()
     with write_transaction(engine) as conn:
-        first, nxt = store.topic_ends(conn, topic)
+        first, nxt = topics.topic_ends(conn, topic)
         start = first if request.initial_position == "earliest" else nxt
         created = store.create(conn, {"topic": topic, "name": name, **settings,
                                       "ack_cursor": start, "read_offset": start,

@@ -14,6 +14,7 @@ from datetime import datetime
 
 from sqlalchemy import Connection, and_, bindparam, func, select, text
 
+from app.storage.log import dead_letter_copy
 from app.storage.reads import TXN_COLUMNS, messages_of
 from app.storage.schema import (
     PREPARED_PREDICATE,
@@ -23,11 +24,8 @@ from app.storage.schema import (
     message_log,
     op_log,
     producer_group,
-    topic_offset,
-    topic_retention,
     txn,
 )
-from app.storage.topics import dead_letter_copy
 from app.vocabulary import State
 
 # a half message without its body: its size, and the first bytes when asked
@@ -37,21 +35,6 @@ MESSAGE_COLUMNS = (
     half_message.c.body_is_text, half_message.c.created_at,
     func.length(half_message.c.body).label("size"),
 )
-
-
-def topics(conn: Connection, limit: int, only: Collection[str] | None) -> list[AnyRow]:
-    """Topics by name with their first (retained) and next offsets; only those in
-    ``only`` unless it is None."""
-    stmt = (select(topic_offset.c.topic, topic_offset.c.next_offset,
-                   func.coalesce(topic_retention.c.first_offset, 0).label("first_offset"))
-            .select_from(topic_offset.outerjoin(
-                topic_retention, topic_retention.c.topic == topic_offset.c.topic))
-            .order_by(topic_offset.c.topic).limit(limit))
-    if only is not None:
-        if not only:
-            return []
-        stmt = stmt.where(topic_offset.c.topic.in_(sorted(only)))
-    return list(conn.execute(stmt))
 
 
 _COMMITTED_AT = select(message_log.c.committed_at).where(

@@ -1,6 +1,6 @@
 """SQL of the committed log (message_log): committed messages as a read shows them (one
-query, ``as_read``), and the appends that take offsets from a topic's counter
-(topic_offset) outside a finish batch."""
+query, ``as_read``), a message by its id, and the appends that take offsets from a
+topic's counter (topic_offset) outside a finish batch."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from typing import Any
 from sqlalchemy import Connection, Select, and_, func, or_, select
 
 from app.storage.bulk import among, dialect_insert, insert_rows
+from app.storage.reads import MESSAGE_COLUMNS
 from app.storage.schema import (
     AnyRow,
     half_message,
@@ -114,3 +115,36 @@ def append(conn: Connection, topic: str, rows: Sequence[Mapping[str, Any]]) -> i
     insert_rows(conn, message_log, [{"topic": topic, "queue_offset": first + i,
                                      "deliver_at": None, **r} for i, r in enumerate(rows)])
     return first
+
+
+def get_message(conn: Connection, message_id: str) -> AnyRow | None:
+    """A message by its id: a half message (with its place in the log once committed), or
+    a dead-letter copy (``dead_letter_copy``)."""
+    stmt = (
+        select(*MESSAGE_COLUMNS, txn.c.transaction_id, txn.c.producer_group,
+               txn.c.state, message_log.c.queue_offset, message_log.c.committed_at)
+        .join(txn, txn.c.id == half_message.c.txn_id)
+        .outerjoin(message_log, and_(message_log.c.half_message_id == half_message.c.id,
+                                     message_log.c.topic == half_message.c.topic))
+        .where(half_message.c.message_id == message_id)
+    )
+    return conn.execute(stmt).first() or dead_letter_copy(conn, message_id, MESSAGE_COLUMNS)
+
+
+def dead_letter_copy(conn: Connection, message_id: str, columns: Sequence[Any]
+                     ) -> AnyRow | None:
+    """The dead-letter copy with this id, in ``columns`` of its half message but for its
+    own id, topic and properties, with its transaction and its place in the log."""
+    own = {"message_id": logged_message_id(), "topic": message_log.c.topic,
+           "properties": func.coalesce(message_log.c.properties, half_message.c.properties)
+           .label("properties")}
+    stmt = (
+        select(*[own.get(c.name, c) for c in columns], txn.c.transaction_id,
+               txn.c.producer_group, txn.c.state, message_log.c.queue_offset,
+               message_log.c.committed_at)
+        .select_from(message_log)
+        .join(half_message, half_message.c.id == message_log.c.half_message_id)
+        .join(txn, txn.c.id == half_message.c.txn_id)
+        .where(message_log.c.message_id == message_id)
+    )
+    return conn.execute(stmt).first()

@@ -43,7 +43,6 @@ from sqlalchemy import (
 )
 
 from app.storage.bulk import dialect_insert, is_pg
-from app.storage.retention import first_offset
 from app.storage.schema import (
     AnyRow,
     UTCDateTime,
@@ -90,14 +89,6 @@ def list_of(conn: Connection, topic: str, after: str, limit: int) -> list[AnyRow
     return list(conn.execute(
         select(subscription).where(subscription.c.topic == topic, subscription.c.name > after)
         .order_by(subscription.c.name).limit(limit)))
-
-
-def topic_ends(conn: Connection, topic: str) -> tuple[int, int]:
-    """(first retained offset, next offset) of a topic; (0, 0) for an unknown one."""
-    first = first_offset(conn, topic)
-    nxt = conn.execute(select(topic_offset.c.next_offset)
-                       .where(topic_offset.c.topic == topic)).scalar_one_or_none() or 0
-    return first, max(first, nxt)
 
 
 class Counts(NamedTuple):
