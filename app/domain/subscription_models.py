@@ -10,10 +10,9 @@ from pydantic_core import PydanticCustomError
 
 from app.domain.limits import MAX_DELAY_MS, MAX_INT64
 from app.domain.names import (
-    DISCARD_TOPIC,
     NAME_PATTERN,
-    SYSTEM_TOPIC_PREFIX,
     TopicName,
+    is_reserved_topic,
     is_valid_name,
 )
 from app.errors import InvalidRequest
@@ -76,7 +75,7 @@ class SubscriptionIn(BaseModel):
         if not is_valid_name(topic):
             raise _custom("invalid_topic", f"dead_letter_topic {topic!r} must match "
                           f"{NAME_PATTERN}")
-        if topic.startswith(SYSTEM_TOPIC_PREFIX) or topic == DISCARD_TOPIC:
+        if is_reserved_topic(topic):
             raise _custom("reserved_topic", f"topic {topic!r} is reserved and cannot be a "
                           "dead-letter topic")
         return topic
