@@ -9,8 +9,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine
 
-from app.domain import clock
-from app.domain.leasing import backoff
+from app.domain import clock, leasing
 from app.domain.subscription_settings import describe, found, not_found
 from app.errors import InvalidRequest
 from app.storage import subscription_acks as acks
@@ -73,7 +72,7 @@ def nack(engine: Engine, topic: str, name: str, offsets: Sequence[int],
             if r.held_by is not None or r.leased_until is None or r.leased_until <= now:
                 continue
             wait = (timedelta(milliseconds=delay_ms) if delay_ms is not None
-                    else backoff(sub, r.deliveries - 1))
+                    else leasing.backoff(sub, leasing.redelivery_count(r.deliveries)))
             changes.append((r.queue_offset, None, now + wait))
             waits.append(wait)
         acks.reschedule(conn, sub.id, changes)
@@ -85,8 +84,9 @@ def renew(engine: Engine, topic: str, name: str, offsets: Sequence[int]) -> int:
     now = clock.utcnow()
     with write_transaction(engine) as conn:
         sub = found(conn, topic, name)
-        until = now + timedelta(milliseconds=sub.ack_timeout_ms)
-        changes = [(r.queue_offset, until, until + backoff(sub, r.deliveries - 1))
+        until = leasing.lease_until(sub, now)
+        changes = [(r.queue_offset, until,
+                    leasing.redeliverable_at(sub, until, leasing.redelivery_count(r.deliveries)))
                    for r in acks.rows_at(conn, sub.id, offsets)
                    if r.leased_until is not None and r.leased_until > now]
         acks.reschedule(conn, sub.id, changes)

@@ -4,14 +4,13 @@ those whose deliveries are spent (``app.domain.subscriptions``)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 import orjson
 from sqlalchemy import Connection, Engine
 
-from app.domain import clock
-from app.domain.leasing import backoff
+from app.domain import clock, leasing
 from app.domain.limits import MAX_INT64, offset_plus
 from app.domain.names import new_message_id
 from app.domain.reads import message_as_read
@@ -71,8 +70,9 @@ def receive(engine: Engine, topic: str, name: str, max_messages: int,
 def _first_deliveries(engine: Engine, topic: str, name: str, max_messages: int,
                       max_bytes: int) -> Received | None:
     with each_statement_alone(engine) as conn:
-        rows = leases.first_deliveries(conn, topic, name, clock.utcnow(), max_messages, max_bytes,
-                                      max_offset=MAX_INT64)
+        rows = leases.first_deliveries(conn, topic, name, clock.utcnow(), max_messages,
+                                       max_bytes, max_offset=MAX_INT64,
+                                       deliveries=leasing.FIRST_DELIVERY)
     if rows is None:
         return None
     return Received([{**message_as_read(r), "redelivery_count": 0} for r in rows])
@@ -98,7 +98,7 @@ def _lease(conn: Connection, sub: AnyRow, max_messages: int, max_bytes: int) -> 
         stored = (cursor, read)
     else:  # over what acks left behind (stored with the read offset, below)
         cursor = max(cursor, read if seen.lowest_open is None else min(seen.lowest_open, read))
-    spent = 1 + sub.max_redeliveries
+    spent = leasing.dead_letter_from(sub)
     any_due = seen.any_due  # usually nothing is due: one look instead of two
     dead = (leases.due(conn, sub.id, topic, now, _DEAD_LETTERS_PER_RECEIVE, dead_from=spent)
             if any_due else [])
@@ -109,8 +109,7 @@ def _lease(conn: Connection, sub: AnyRow, max_messages: int, max_bytes: int) -> 
                               stored[0], read, now)
         stored = (cursor, stored[1])
 
-    timeout = timedelta(milliseconds=sub.ack_timeout_ms)
-    until = now + timeout
+    until = leasing.lease_until(sub, now)
     picked: list[tuple[int, int]] = []  # (offset, redelivery count)
     used = 0
     full = False
@@ -149,9 +148,9 @@ def _lease(conn: Connection, sub: AnyRow, max_messages: int, max_bytes: int) -> 
             break
     leases.add_offsets(conn, delayed)
     leases.add_leased(conn, sub.id, [o for o, _ in picked[redelivered:]], until,
-                     until + backoff(sub, 0))
-    leases.lease(conn, sub.id, [(o, until, until + backoff(sub, n))
-                               for o, n in picked[:redelivered]])
+                      leasing.redeliverable_at(sub, until, 0), leasing.FIRST_DELIVERY)
+    leases.lease(conn, sub.id, [(o, until, leasing.redeliverable_at(sub, until, n))
+                                for o, n in picked[:redelivered]])
     changed = {k: v for k, v, was in (("ack_cursor", cursor, stored[0]),
                                       ("read_offset", read, stored[1])) if v != was}
     if changed:
@@ -171,7 +170,7 @@ def _dead_letter(conn: Connection, sub: AnyRow, deliveries: dict[int, int], curs
         props = orjson.loads(r.properties)
         props.update(REAL_TOPIC=sub.topic, ORIGIN_SUBSCRIPTION=sub.name,
                      ORIGIN_OFFSET=str(r.queue_offset), ORIGIN_MESSAGE_ID=r.message_id,
-                     REDELIVERY_COUNT=str(deliveries[r.queue_offset] - 1))
+                     REDELIVERY_COUNT=str(leasing.redelivery_count(deliveries[r.queue_offset])))
         appended.append({"half_message_id": r.half_message_id, "message_id": new_message_id(),
                          "properties": orjson.dumps(props).decode(), "committed_at": now})
     if appended:

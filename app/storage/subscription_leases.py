@@ -81,31 +81,34 @@ def add_offsets(conn: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
 _LEASED_RANGE = text(
     "INSERT INTO subscription_offset (subscription_id, queue_offset, deliveries,"
     " leased_until, next_at, held_by)"
-    " SELECT :sub, o, 1, :until, :next, NULL FROM unnest(CAST(:offsets AS BIGINT[])) AS o")
+    " SELECT :sub, o, CAST(:deliveries AS INTEGER), :until, :next, NULL"
+    " FROM unnest(CAST(:offsets AS BIGINT[])) AS o")
 
 
 def add_leased(conn: Connection, sub_id: int, offsets: Sequence[int], until: datetime,
-               next_at: datetime) -> None:
-    """Offset rows for first deliveries, leased until ``until``, deliverable again from
-    ``next_at``: on PostgreSQL one statement with the offsets as one array, since a
+               next_at: datetime, deliveries: int) -> None:
+    """Offset rows for first deliveries (their ``deliveries``), leased until ``until``,
+    deliverable again from ``next_at``: on PostgreSQL one statement with the offsets as one array, since a
     receive inserts them with the subscription row locked."""
     if not offsets:
         return
     if is_pg(conn):
         conn.execute(_LEASED_RANGE.bindparams(bindparam("until", type_=UTCDateTime()),
                                               bindparam("next", type_=UTCDateTime())),
-                     {"sub": sub_id, "offsets": list(offsets), "until": until, "next": next_at})
+                     {"sub": sub_id, "offsets": list(offsets), "until": until, "next": next_at,
+                      "deliveries": deliveries})
         return
-    insert_rows(conn, so, [{"subscription_id": sub_id, "queue_offset": o, "deliveries": 1,
-                            "leased_until": until, "next_at": next_at, "held_by": None}
-                           for o in offsets])
+    insert_rows(conn, so, [{"subscription_id": sub_id, "queue_offset": o,
+                            "deliveries": deliveries, "leased_until": until,
+                            "next_at": next_at, "held_by": None} for o in offsets])
 
 
 # the subscription row locked (the commit not waiting for its flush); the cursor over the
 # acknowledged head where the statement's snapshot can tell; the common case (nothing to
 # deliver again or dead-letter, nothing expired), whose first deliveries are leased until
-# now + the ack timeout, deliverable again after the backoff of redelivery count 0, which
-# is LEAST(min_ms, max_ms) (``backoff_ms``)
+# now + the ack timeout (``leasing.lease_until``), deliverable again after the backoff of
+# redelivery count 0 (``leasing.redeliverable_at``), which is LEAST(min_ms, max_ms)
+# (``leasing.backoff_ms``; tests/unit/test_leasing.py holds the two to each other)
 _FIRST_DELIVERIES = text("""
 WITH sub AS (
     SELECT id, read_offset, ack_cursor, ack_timeout_ms, backoff_min_ms, backoff_max_ms,
@@ -153,7 +156,8 @@ WITH sub AS (
 ), leased AS (
     INSERT INTO subscription_offset
         (subscription_id, queue_offset, deliveries, leased_until, next_at, held_by)
-    SELECT plain.id, picked.queue_offset, 1, plain.until, plain.next_at, NULL
+    SELECT plain.id, picked.queue_offset, CAST(:deliveries AS INTEGER), plain.until,
+           plain.next_at, NULL
     FROM picked, plain
 ), moved AS (
     UPDATE subscription
@@ -180,8 +184,8 @@ def one_statement_leases(engine: Engine) -> bool:
 
 
 def first_deliveries(conn: Connection, topic: str, name: str, now: datetime,
-                     max_messages: int, max_bytes: int, *, max_offset: int
-                     ) -> list[AnyRow] | None:
+                     max_messages: int, max_bytes: int, *, max_offset: int,
+                     deliveries: int) -> list[AnyRow] | None:
     """PostgreSQL, on an ``each_statement_alone`` connection: a receive's common case as one
     statement: when nothing is due to be delivered again or dead-lettered and retention
     moved nothing, lease the committed messages past the read offset (lowest first, up to
@@ -191,7 +195,9 @@ def first_deliveries(conn: Connection, topic: str, name: str, now: datetime,
     in the same statement.
     None when the case is not the common one or there is no such subscription (the caller
     takes the general way); an empty list when there is nothing to deliver.
-    ``max_offset``: the highest offset there can be, which bounds the window's end.
+    ``max_offset``: the highest offset there can be, which bounds the window's end;
+    ``deliveries``: what a first delivery's offset row counts (the domain's rules:
+    ``app.domain.leasing``).
 
     The subscription row stays locked only while the server runs the statement: the
     general way's half-dozen statements keep it locked for as many round trips to a busy
@@ -208,7 +214,7 @@ def first_deliveries(conn: Connection, topic: str, name: str, now: datetime,
     may have rows the snapshot lacks: the cursor then stays for a later statement."""
     rows = conn.execute(_FIRST_DELIVERIES, {
         "topic": topic, "name": name, "now": now, "max_messages": max_messages,
-        "max_bytes": max_bytes, "max_offset": max_offset}).all()
+        "max_bytes": max_bytes, "max_offset": max_offset, "deliveries": deliveries}).all()
     head = rows[0]
     if not head.plain or (head.queue_offset is None and head.delayed):
         return None
