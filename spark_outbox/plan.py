@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from app.domain.names import DISCARD_TOPIC, SYSTEM_TOPIC_PREFIX, is_valid_name
+from app.domain.names import is_internal_topic, is_reserved_topic, is_valid_name
 from spark_outbox.errors import EXIT_CANNOT_RUN, EXIT_FAILED, IngestError
 
 # below this, one more JDBC read (a query, a task, a file per topic) costs more than it saves
@@ -43,7 +43,7 @@ def check_requested(topics: Sequence[str] | None) -> list[str] | None:
     for topic in topics:
         if not is_valid_name(topic):
             raise IngestError(f"{topic!r} is not a topic name", EXIT_CANNOT_RUN)
-        if topic.startswith(SYSTEM_TOPIC_PREFIX):
+        if is_internal_topic(topic):
             raise IngestError(f"topic {topic} is internal and is never ingested",
                               EXIT_CANNOT_RUN)
         if topic not in out:
@@ -55,8 +55,7 @@ def select_topics(known: Sequence[str], requested: Sequence[str] | None) -> list
     """Requested topics as given; otherwise every topic but the reserved ones."""
     if requested is not None:
         return sorted(requested)
-    return sorted(t for t in known
-                  if t != DISCARD_TOPIC and not t.startswith(SYSTEM_TOPIC_PREFIX))
+    return sorted(t for t in known if not is_reserved_topic(t))
 
 
 def plan_ranges(watermarks: Mapping[str, int], checkpoint: Mapping[str, int],

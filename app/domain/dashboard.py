@@ -21,7 +21,8 @@ from app.domain import subscriptions as subs
 from app.domain.lifecycle import utcnow
 from app.domain.names import is_valid_name, is_valid_transaction_id
 from app.errors import InvalidRequest, NotFound
-from app.storage import checks, dashboard, reads
+from app.storage import checks, dashboard, log, reads
+from app.storage import topics as topic_store
 from app.storage.groups import check_urls
 from app.storage.schema import AnyRow
 from app.vocabulary import State
@@ -57,7 +58,7 @@ class Overview:
 def _topic_lines(conn: Connection, only_topics: Collection[str] | None,
                  since: datetime) -> list[TopicLine]:
     lines = []
-    for row in dashboard.topics(conn, OVERVIEW_TOPICS, only_topics):
+    for row in topic_store.list_topics(conn, "", OVERVIEW_TOPICS, only_topics):
         first = min(row.first_offset, row.next_offset)
         recent = dashboard.first_offset_since(conn, row.topic, first, row.next_offset, since)
         lines.append(TopicLine(row.topic, first, row.next_offset, row.next_offset - recent))
@@ -227,11 +228,11 @@ def browse(engine: Engine, topic: str, from_offset: int | None,
     """A page of a topic's committed messages by offset (the latest page by default),
     each with its size and a preview of its body."""
     with engine.connect() as conn:
-        line = next(iter(dashboard.topics(conn, 1, [topic])), None)
+        line = topic_store.get_topic(conn, topic)
         first = min(line.first_offset, line.next_offset) if line is not None else 0
         end = line.next_offset if line is not None else 0
         start = max(end - limit, first) if from_offset is None else max(from_offset, first)
-        rows = dashboard.browse_topic(conn, topic, start, limit, PREVIEW_BYTES)
+        rows = log.browse(conn, topic, start, limit, PREVIEW_BYTES)
     shown = [{"offset": r.queue_offset, "message_id": r.message_id,
               "transaction_id": r.transaction_id, "producer_group": r.producer_group,
               "tag": r.tag, "keys": orjson.loads(r.keys), "size": r.size,

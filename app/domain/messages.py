@@ -30,12 +30,12 @@ from pydantic_core import PydanticCustomError
 from app.domain.callback_policy import CallbackPolicy, CallbackUrlError
 from app.domain.limits import MAX_DELAY_MS, MAX_INT64, latest_delivery
 from app.domain.names import (
-    DISCARD_TOPIC,
     NAME_PATTERN,
-    SYSTEM_TOPIC_PREFIX,
     Name,
     TopicName,
     TransactionId,
+    is_internal_topic,
+    is_reserved_topic,
     is_valid_name,
     is_valid_transaction_id,
 )
@@ -139,7 +139,7 @@ class MessageIn(BaseModel):
     def _topic(cls, topic: str) -> str:
         if not is_valid_name(topic):
             raise _custom("invalid_topic", f"topic {topic!r} must match {NAME_PATTERN}")
-        if topic.startswith(SYSTEM_TOPIC_PREFIX) or topic == DISCARD_TOPIC:
+        if is_reserved_topic(topic):
             raise _custom("reserved_topic", f"topic {topic!r} is reserved and cannot be sent to")
         return topic
 
@@ -215,7 +215,7 @@ class AckIn(BaseModel):
     def _topic(cls, topic: str) -> str:
         if not is_valid_name(topic):
             raise _custom("invalid_topic", f"topic {topic!r} must match {NAME_PATTERN}")
-        if topic.startswith(SYSTEM_TOPIC_PREFIX):
+        if is_internal_topic(topic):
             raise _custom("reserved_topic", f"topic {topic!r} is internal")
         return topic
 

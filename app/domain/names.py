@@ -34,6 +34,18 @@ def is_valid_name(name: object) -> bool:
     return isinstance(name, str) and _NAME_RE.fullmatch(name) is not None
 
 
+def is_internal_topic(topic: str) -> bool:
+    """Whether ``topic`` is internal (``SYSTEM_TOPIC_PREFIX``): neither sendable, readable
+    nor ingested."""
+    return topic.startswith(SYSTEM_TOPIC_PREFIX)
+
+
+def is_reserved_topic(topic: str) -> bool:
+    """Whether ``topic`` is reserved, one no client writes to (a send, a dead letter): the
+    internal topics and ``DISCARD_TOPIC`` (readable, but written by the service only)."""
+    return is_internal_topic(topic) or topic == DISCARD_TOPIC
+
+
 def check_group_name(name: str) -> str:
     if not is_valid_name(name):
         raise InvalidRequest(f"producer group name {name!r} must match {NAME_PATTERN}",
@@ -45,7 +57,7 @@ def check_readable_topic(topic: str) -> str:
     if not is_valid_name(topic):
         raise InvalidRequest(f"topic name {topic!r} must match {NAME_PATTERN}",
                              code="invalid_topic")
-    if topic.startswith(SYSTEM_TOPIC_PREFIX):
+    if is_internal_topic(topic):
         raise InvalidRequest(f"topic {topic!r} is internal and cannot be read",
                              code="reserved_topic")
     return topic

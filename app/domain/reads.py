@@ -12,7 +12,7 @@ from sqlalchemy import Engine
 
 from app.domain.access import CONSUME, PRODUCE, UNRESTRICTED, Principal
 from app.errors import Forbidden, InvalidRequest, NotFound
-from app.storage import checks, reads, retention, topics
+from app.storage import checks, log, reads, topics
 from app.storage.schema import AnyRow
 from app.vocabulary import State
 
@@ -21,6 +21,18 @@ def body_fields(body: bytes, is_text: bool) -> dict[str, str]:
     if is_text:
         return {"body": bytes(body).decode()}
     return {"body_base64": base64.b64encode(body).decode()}
+
+
+def message_as_read(row: AnyRow) -> dict[str, Any]:
+    """A committed message as a read shows it (a topic's page, a receive;
+    ``app.storage.log.as_read``), to be written as JSON: its keys and properties are the
+    JSON text they are stored as (not parsed to be written again)."""
+    return {"offset": row.queue_offset, "message_id": row.message_id,
+            "transaction_id": row.transaction_id, "producer_group": row.producer_group,
+            "keys": orjson.Fragment(row.keys), "tag": row.tag,
+            "properties": orjson.Fragment(row.properties),
+            **body_fields(row.body, row.body_is_text),
+            "created_at": row.created_at, "committed_at": row.committed_at}
 
 
 def message_meta(row: AnyRow) -> dict[str, Any]:
@@ -89,16 +101,10 @@ def read_topic(engine: Engine, topic: str, from_offset: int, limit: int,
     at least one message); the next page starts at ``next_offset``. Below the retained
     range it starts at ``first_offset``."""
     with engine.connect() as conn:
-        first = retention.first_offset(conn, topic)
+        first = topics.first_offset(conn, topic)
         from_offset = max(from_offset, first)
-        rows = topics.read_topic(conn, topic, from_offset, limit, max_bytes)
-    messages = [
-        {"offset": r.queue_offset, "message_id": r.message_id,
-         "transaction_id": r.transaction_id, "producer_group": r.producer_group,
-         **message_meta(r), **body_fields(r.body, r.body_is_text),
-         "created_at": r.created_at, "committed_at": r.committed_at}
-        for r in rows
-    ]
+        rows = log.read_page(conn, topic, from_offset, limit, max_bytes)
+    messages = [message_as_read(r) for r in rows]
     next_offset = rows[-1].queue_offset + 1 if rows else from_offset
     return {"topic": topic, "messages": messages, "next_offset": next_offset,
             "first_offset": first}
@@ -136,7 +142,7 @@ def get_message(engine: Engine, message_id: str,
                 principal: Principal = UNRESTRICTED) -> dict[str, Any]:
     """One message as ``principal`` may see it (``check_may_read``)."""
     with engine.connect() as conn:
-        row = topics.get_message(conn, message_id)
+        row = log.get_message(conn, message_id)
     if row is None:
         raise message_not_found(message_id)
     out: dict[str, Any] = {

@@ -36,6 +36,7 @@ from app.domain.messages import TopicRetentionIn
 from app.errors import NotFound
 from app.storage import retention as store
 from app.storage import subscriptions
+from app.storage import topics as topic_store
 from app.storage.db import commit_without_flush, write_transaction
 from app.storage.schema import AnyRow
 
@@ -75,9 +76,9 @@ class Retention:
         now = self.clock()
         deleted: Counter[str] = Counter()
         with write_transaction(self.engine) as conn:
-            store.add_missing_topics(conn)
+            topic_store.add_missing_topics(conn)
         with self.engine.connect() as conn:
-            topics = store.topic_names(conn)
+            topics = topic_store.topic_names(conn)
         for topic in topics:
             while not stop.is_set():
                 started = time.monotonic()
@@ -196,7 +197,7 @@ def _fill(rows: list[AnyRow], messages: int) -> _Batch:
     return _Batch(rows, len(rows) == messages)
 
 
-def _topic(state: store.TopicState, default: int) -> dict[str, Any]:
+def _topic(state: topic_store.TopicState, default: int) -> dict[str, Any]:
     """A topic as the API shows it: ``retention_seconds`` is the retention in force,
     ``retention_default`` says whether it is TXMSG_RETENTION_SECONDS."""
     return {"topic": state.topic, "first_offset": state.first_offset,
@@ -207,7 +208,7 @@ def _topic(state: store.TopicState, default: int) -> dict[str, Any]:
 
 def get_topic(engine: Engine, settings: Settings, topic: str) -> dict[str, Any]:
     with engine.connect() as conn:
-        state = store.get_topic(conn, topic)
+        state = topic_store.get_topic(conn, topic)
     if state is None:
         raise NotFound(f"no topic {topic!r}", code="topic_not_found")
     return _topic(state, settings.retention_seconds)
@@ -216,7 +217,7 @@ def get_topic(engine: Engine, settings: Settings, topic: str) -> dict[str, Any]:
 def list_topics(engine: Engine, settings: Settings, after: str, limit: int) -> dict[str, Any]:
     """Every topic by name, as ``get_topic`` shows one; ``next_after`` pages on."""
     with engine.connect() as conn:
-        states = store.list_topics(conn, after, limit)
+        states = topic_store.list_topics(conn, after, limit)
     return {"topics": [_topic(s, settings.retention_seconds) for s in states],
             "next_after": states[-1].topic if len(states) == limit else None}
 
@@ -224,8 +225,8 @@ def list_topics(engine: Engine, settings: Settings, after: str, limit: int) -> d
 def set_topic_retention(engine: Engine, settings: Settings, topic: str,
                         request: TopicRetentionIn) -> dict[str, Any]:
     with write_transaction(engine) as conn:
-        store.set_retention(conn, topic, request.retention_seconds)
-        state = store.get_topic(conn, topic)
+        topic_store.set_retention(conn, topic, request.retention_seconds)
+        state = topic_store.get_topic(conn, topic)
     assert state is not None
     return _topic(state, settings.retention_seconds)
 

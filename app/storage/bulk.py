@@ -34,7 +34,7 @@ from sqlalchemy import (
     insert,
     literal,
 )
-from sqlalchemy.dialects import postgresql
+from sqlalchemy.dialects import postgresql, sqlite
 
 from app.storage.schema import AnySelect, half_message
 
@@ -49,6 +49,11 @@ TXN_IDS = bindparam("txn_ids", type_=postgresql.ARRAY(BigInteger))
 
 def is_pg(conn: Connection | Engine) -> bool:
     return conn.dialect.name == "postgresql"
+
+
+def dialect_insert(conn: Connection, table: Table) -> postgresql.Insert | sqlite.Insert:
+    """An INSERT of the connection's dialect, one that takes ``ON CONFLICT`` clauses."""
+    return postgresql.insert(table) if is_pg(conn) else sqlite.insert(table)
 
 
 def among(conn: Connection, col: Any, ids: Sequence[int]) -> Any:

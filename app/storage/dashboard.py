@@ -14,21 +14,18 @@ from datetime import datetime
 
 from sqlalchemy import Connection, and_, bindparam, func, select, text
 
+from app.storage.log import dead_letter_copy
 from app.storage.reads import TXN_COLUMNS, messages_of
 from app.storage.schema import (
     PREPARED_PREDICATE,
     AnyRow,
     check_log,
     half_message,
-    logged_message_id,
     message_log,
     op_log,
     producer_group,
-    topic_offset,
-    topic_retention,
     txn,
 )
-from app.storage.topics import dead_letter_copy
 from app.vocabulary import State
 
 # a half message without its body: its size, and the first bytes when asked
@@ -38,21 +35,6 @@ MESSAGE_COLUMNS = (
     half_message.c.body_is_text, half_message.c.created_at,
     func.length(half_message.c.body).label("size"),
 )
-
-
-def topics(conn: Connection, limit: int, only: Collection[str] | None) -> list[AnyRow]:
-    """Topics by name with their first (retained) and next offsets; only those in
-    ``only`` unless it is None."""
-    stmt = (select(topic_offset.c.topic, topic_offset.c.next_offset,
-                   func.coalesce(topic_retention.c.first_offset, 0).label("first_offset"))
-            .select_from(topic_offset.outerjoin(
-                topic_retention, topic_retention.c.topic == topic_offset.c.topic))
-            .order_by(topic_offset.c.topic).limit(limit))
-    if only is not None:
-        if not only:
-            return []
-        stmt = stmt.where(topic_offset.c.topic.in_(sorted(only)))
-    return list(conn.execute(stmt))
 
 
 _COMMITTED_AT = select(message_log.c.committed_at).where(
@@ -180,27 +162,6 @@ def ops_of(conn: Connection, txn_id: int) -> list[AnyRow]:
     """The op log of one transaction, oldest first."""
     stmt = (select(op_log.c.op, op_log.c.source, op_log.c.check_times, op_log.c.created_at)
             .where(op_log.c.txn_id == txn_id).order_by(op_log.c.id))
-    return list(conn.execute(stmt))
-
-
-def browse_topic(conn: Connection, topic: str, from_offset: int, limit: int,
-                 preview_bytes: int) -> list[AnyRow]:
-    """Committed messages from ``from_offset`` in offset order, each with its body's size
-    and first ``preview_bytes`` bytes (never the whole body)."""
-    stmt = (
-        select(message_log.c.queue_offset, message_log.c.committed_at,
-               func.coalesce(message_log.c.properties, half_message.c.properties)
-               .label("properties"),
-               logged_message_id(), half_message.c["keys"], half_message.c.tag,
-               half_message.c.body_is_text, half_message.c.created_at,
-               func.length(half_message.c.body).label("size"),
-               func.substr(half_message.c.body, 1, preview_bytes).label("preview"),
-               txn.c.transaction_id, txn.c.producer_group)
-        .join(half_message, half_message.c.id == message_log.c.half_message_id)
-        .join(txn, txn.c.id == half_message.c.txn_id)
-        .where(message_log.c.topic == topic, message_log.c.queue_offset >= from_offset)
-        .order_by(message_log.c.queue_offset).limit(limit)
-    )
     return list(conn.execute(stmt))
 
 

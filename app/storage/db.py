@@ -178,6 +178,19 @@ def write_transaction(engine: Engine) -> Iterator[Connection]:
         yield conn
 
 
+@contextmanager
+def each_statement_alone(engine: Engine) -> Iterator[Connection]:
+    """A connection on which each statement is a transaction of its own (PostgreSQL), for
+    work whose statements need not be one transaction: no BEGIN nor COMMIT round trips.
+    On SQLite, one write transaction (see ``write_transaction``)."""
+    if engine.dialect.name != "postgresql":
+        with write_transaction(engine) as conn:
+            yield conn
+        return
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        yield conn
+
+
 def commit_with_flush(conn: Connection) -> None:
     """This transaction's commit waits for its flush (undoes ``commit_without_flush``)."""
     if conn.dialect.name == "postgresql":

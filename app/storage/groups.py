@@ -7,9 +7,10 @@ from collections.abc import Iterable
 from datetime import datetime
 
 import orjson
-from sqlalchemy import Connection, String, Table, any_, bindparam, delete, select, update
-from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy import Connection, String, any_, bindparam, delete, select, update
+from sqlalchemy.dialects import postgresql
 
+from app.storage.bulk import dialect_insert
 from app.storage.schema import AnyRow, producer_group, signing_secret
 
 # a registration with its signing secret (and until when the previous one still signs)
@@ -20,14 +21,9 @@ _REGISTRATION = select(
     signing_secret, signing_secret.c.producer_group == producer_group.c.name))
 
 
-def _insert(conn: Connection, table: Table) -> postgresql.Insert | sqlite.Insert:
-    """An INSERT that takes ON CONFLICT clauses, in the connection's dialect."""
-    return postgresql.insert(table) if conn.dialect.name == "postgresql" else sqlite.insert(table)
-
-
 def upsert(conn: Connection, name: str, check_urls: list[str], check_timeout_ms: int,
            now: datetime) -> None:
-    stmt = _insert(conn, producer_group).values(
+    stmt = dialect_insert(conn, producer_group).values(
         name=name, check_urls=orjson.dumps(check_urls).decode(),
         check_timeout_ms=check_timeout_ms, created_at=now, updated_at=now,
     )
@@ -48,7 +44,7 @@ def get(conn: Connection, name: str) -> AnyRow | None:
 def ensure_secret(conn: Connection, name: str, secret: str, now: datetime) -> AnyRow:
     """Give the group ``secret`` unless it has one (a group keeps its secret); the group's
     ``secret``, ``previous_secret`` and ``previous_expires_at`` as stored."""
-    stmt = _insert(conn, signing_secret).values(
+    stmt = dialect_insert(conn, signing_secret).values(
         producer_group=name, secret=secret, created_at=now)
     conn.execute(stmt.on_conflict_do_nothing(index_elements=[signing_secret.c.producer_group]))
     return conn.execute(

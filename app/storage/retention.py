@@ -26,7 +26,6 @@ from sqlalchemy import (
     and_,
     case,
     delete,
-    exists,
     func,
     insert,
     literal,
@@ -35,9 +34,8 @@ from sqlalchemy import (
     tuple_,
     update,
 )
-from sqlalchemy.dialects import postgresql, sqlite
 
-from app.storage.bulk import among, is_pg
+from app.storage.bulk import among, dialect_insert, is_pg
 from app.storage.schema import (
     AnyRow,
     AnySelect,
@@ -55,72 +53,6 @@ from app.storage.schema import (
 from app.vocabulary import State
 
 _RESOLVED = (State.COMMITTED.value, State.ROLLED_BACK.value)
-
-
-def _insert_ignoring_conflicts(conn: Connection, table, index_elements: list[str]):  # type: ignore[no-untyped-def]
-    dialect = postgresql if is_pg(conn) else sqlite
-    return dialect.insert(table).on_conflict_do_nothing(index_elements=index_elements)
-
-
-# -- topics ------------------------------------------------------------------------------
-
-
-class TopicState(NamedTuple):
-    topic: str
-    first_offset: int
-    next_offset: int
-    retention_seconds: int | None
-
-
-_TOPIC_STATE = (select(topic_offset.c.topic,
-                       func.coalesce(topic_retention.c.first_offset, 0).label("first_offset"),
-                       topic_offset.c.next_offset, topic_retention.c.retention_seconds)
-                .select_from(topic_offset.outerjoin(
-                    topic_retention, topic_retention.c.topic == topic_offset.c.topic)))
-
-
-def get_topic(conn: Connection, topic: str) -> TopicState | None:
-    """A topic's offsets and retention; None for a topic never committed to nor configured."""
-    row = conn.execute(_TOPIC_STATE.where(topic_offset.c.topic == topic)).first()
-    return TopicState(*row) if row is not None else None
-
-
-def list_topics(conn: Connection, after: str, limit: int) -> list[TopicState]:
-    """Topics by name after ``after``, with their offsets and retention."""
-    stmt = _TOPIC_STATE.where(topic_offset.c.topic > after).order_by(topic_offset.c.topic)
-    return [TopicState(*row) for row in conn.execute(stmt.limit(limit))]
-
-
-def first_offset(conn: Connection, topic: str) -> int:
-    """The lowest offset of ``topic`` still retained (0 before anything expired)."""
-    stmt = select(topic_retention.c.first_offset).where(topic_retention.c.topic == topic)
-    return conn.execute(stmt).scalar_one_or_none() or 0
-
-
-def set_retention(conn: Connection, topic: str, seconds: int | None) -> None:
-    """Store a topic's retention (None: the default), making the topic known if it is not.
-
-    A new topic's counter row is inserted only if missing (a conflict does not lock it).
-    """
-    conn.execute(_insert_ignoring_conflicts(conn, topic_offset, ["topic"])
-                 .values(topic=topic, next_offset=0))
-    conn.execute(_insert_ignoring_conflicts(conn, topic_retention, ["topic"])
-                 .values(topic=topic, first_offset=0))
-    conn.execute(update(topic_retention).where(topic_retention.c.topic == topic)
-                 .values(retention_seconds=seconds))
-
-
-def add_missing_topics(conn: Connection) -> None:
-    """A ``topic_retention`` row (first offset 0) for every topic that has none yet."""
-    missing = select(topic_offset.c.topic, literal(0)).where(~exists().where(
-        topic_retention.c.topic == topic_offset.c.topic))
-    conn.execute(_insert_ignoring_conflicts(conn, topic_retention, ["topic"])
-                 .from_select(["topic", "first_offset"], missing))
-
-
-def topic_names(conn: Connection) -> list[str]:
-    return list(conn.execute(select(topic_retention.c.topic).order_by(topic_retention.c.topic))
-                .scalars())
 
 
 def lock_topic(conn: Connection, topic: str) -> AnyRow | None:
@@ -218,7 +150,7 @@ WALK_START: tuple[datetime, int] = (datetime(1970, 1, 1, tzinfo=UTC), 0)
 def lock_cursor(conn: Connection) -> tuple[datetime, int] | None:
     """The walk's position (resolved_at, txn id), locked for this batch; None if another
     process holds it."""
-    conn.execute(_insert_ignoring_conflicts(conn, retention_cursor, ["kind"])
+    conn.execute(dialect_insert(conn, retention_cursor).on_conflict_do_nothing(index_elements=["kind"])
                  .values(kind=TRANSACTIONS, resolved_at=WALK_START[0], txn_id=WALK_START[1]))
     stmt = (select(retention_cursor.c.resolved_at, retention_cursor.c.txn_id)
             .where(retention_cursor.c.kind == TRANSACTIONS).with_for_update(skip_locked=True))

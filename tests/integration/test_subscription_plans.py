@@ -17,7 +17,8 @@ from typing import Any
 from sqlalchemy import event, select, text
 from sqlalchemy.dialects import postgresql
 
-from app.storage import subscriptions as store
+from app.storage import subscription_acks as acks
+from app.storage import subscription_leases as store
 from app.storage.db import make_engine
 from tests.conftest import make_settings
 from tests.plans import drop_statistics, indexes_used, most_rows
@@ -110,7 +111,7 @@ def test_due_probe_and_ack_read_only_their_rows_without_statistics(postgres_url:
             assert indexes_used(probe) == {"ix_subscription_offset_due"}, probe
             assert most_rows(probe) <= 1, probe
             wanted = list(range(5_000, 5_100))
-            plan = _explained(conn, lambda: store.acknowledge(conn, 1, wanted))
+            plan = _explained(conn, lambda: acks.acknowledge(conn, 1, wanted))
             assert "ix_subscription_offset_due" not in indexes_used(plan), plan
             assert most_rows(plan) <= len(wanted), plan
             conn.rollback()

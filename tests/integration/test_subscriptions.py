@@ -12,6 +12,7 @@ import pytest
 from sqlalchemy import func, select
 
 from app import metrics
+from app.domain import clock as domain_clock
 from app.domain import subscriptions as domain
 from app.storage.schema import subscription, subscription_offset
 from app.web import create_app
@@ -42,7 +43,7 @@ class Clock:
 @pytest.fixture
 def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
     c = Clock()
-    monkeypatch.setattr(domain, "utcnow", c)
+    monkeypatch.setattr(domain_clock, "utcnow", c)
     return c
 
 

@@ -10,7 +10,7 @@ from alembic import command
 from alembic.config import Config
 from sqlalchemy import create_engine, text
 
-from app.storage import subscriptions as store
+from app.storage import subscription_leases as store
 from app.storage.schema import UTCDateTime
 from tests.migration.rows import insert_subscription
 

@@ -1,0 +1,108 @@
+"""Acks, nacks, renews and seeks of received messages."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from sqlalchemy import Connection, Engine
+
+from app.domain import clock, leasing
+from app.domain.subscription_settings import describe, found, not_found
+from app.errors import InvalidRequest
+from app.storage import subscription_acks as acks
+from app.storage import subscription_leases as leases
+from app.storage import subscriptions as store
+from app.storage import topics
+from app.storage.db import commit_without_flush, each_statement_alone, write_transaction
+from app.storage.schema import AnyRow
+
+
+def _locked(conn: Connection, topic: str, name: str) -> AnyRow:
+    return found(conn, topic, name, lock=True)
+
+
+def ack(engine: Engine, topic: str, name: str, offsets: Sequence[int]) -> int:
+    """Acknowledge offsets (those delivered, not yet acknowledged, not held by a
+    transaction); how many were newly acknowledged.
+
+    The ack locks only its offset rows (one statement, on PostgreSQL with the
+    subscription's lookup) and commits. The stored cursor moves at the next receive; on
+    SQLite, if the ack acknowledged the offset at the cursor, right after it too, unless
+    a receive holds the subscription row now. (On PostgreSQL receives move it in their
+    one statement, and a second statement here for one ack in a few cost more than the
+    lag it saves.)"""
+    with each_statement_alone(engine) as conn:
+        sub, n = acks.acknowledge_named(conn, topic, name, offsets)
+    if sub is None:
+        raise not_found(topic, name)
+    if n and sub.ack_cursor in offsets and not leases.one_statement_leases(engine):
+        _advance_unless_busy(engine, sub.id)
+    return n
+
+
+def _advance_unless_busy(engine: Engine, sub_id: int) -> None:
+    """Move the cursor over the acknowledged head, unless the subscription row is locked.
+    Derived state: lost in a crash, the next move recomputes it, so it does not wait for
+    its flush."""
+    with write_transaction(engine) as conn:
+        sub = store.lock_unless_busy(conn, sub_id)
+        if sub is not None and store.advance(conn, sub.id, sub.ack_cursor,
+                                             sub.read_offset) != sub.ack_cursor:
+            commit_without_flush(conn)
+
+
+@dataclass(frozen=True)
+class Nacked:
+    count: int
+    soonest: timedelta | None  # from now until the first of them is deliverable again
+
+
+def nack(engine: Engine, topic: str, name: str, offsets: Sequence[int],
+         delay_ms: int | None) -> Nacked:
+    """Give leased messages back, deliverable after ``delay_ms`` or the backoff."""
+    now = clock.utcnow()
+    with write_transaction(engine) as conn:
+        sub = found(conn, topic, name)
+        changes = []
+        waits = []
+        for r in acks.rows_at(conn, sub.id, offsets):
+            if r.held_by is not None or r.leased_until is None or r.leased_until <= now:
+                continue
+            wait = (timedelta(milliseconds=delay_ms) if delay_ms is not None
+                    else leasing.backoff(sub, leasing.redelivery_count(r.deliveries)))
+            changes.append((r.queue_offset, None, now + wait))
+            waits.append(wait)
+        acks.reschedule(conn, sub.id, changes)
+        return Nacked(len(changes), min(waits, default=None))
+
+
+def renew(engine: Engine, topic: str, name: str, offsets: Sequence[int]) -> int:
+    """Leases still held on these offsets run for another ack timeout; how many."""
+    now = clock.utcnow()
+    with write_transaction(engine) as conn:
+        sub = found(conn, topic, name)
+        until = leasing.lease_until(sub, now)
+        changes = [(r.queue_offset, until,
+                    leasing.redeliverable_at(sub, until, leasing.redelivery_count(r.deliveries)))
+                   for r in acks.rows_at(conn, sub.id, offsets)
+                   if r.leased_until is not None and r.leased_until > now]
+        acks.reschedule(conn, sub.id, changes)
+        return len(changes)
+
+
+def seek(engine: Engine, topic: str, name: str, offset: int) -> dict[str, Any]:
+    """Every offset below ``offset`` acknowledged, every one from it on not, leases
+    dropped; the subscription's description. Offsets an unresolved transaction holds
+    stay held, on either side of ``offset``: its commit acknowledges them, its rollback
+    or discard releases them for delivery."""
+    with write_transaction(engine) as conn:
+        sub = _locked(conn, topic, name)
+        _, nxt = topics.topic_ends(conn, topic)
+        if offset > nxt:
+            raise InvalidRequest(f"offset {offset} is past the topic's next offset {nxt}",
+                                 code="offset_out_of_range", next_offset=nxt)
+        store.reset(conn, sub.id, topic, offset, clock.utcnow())
+        return describe(conn, found(conn, topic, name), clock.utcnow())

@@ -1,0 +1,145 @@
+"""What a client sends about subscriptions (settings, receives, acks, seeks), validated,
+and the rules of their names and dead-letter topics."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator, model_validator
+from pydantic_core import PydanticCustomError
+
+from app.domain.limits import MAX_DELAY_MS, MAX_INT64
+from app.domain.names import (
+    NAME_PATTERN,
+    TopicName,
+    is_reserved_topic,
+    is_valid_name,
+)
+from app.errors import InvalidRequest
+
+MAX_BACKOFF_MS = 3_600_000
+MAX_RECEIVE = 1000
+MAX_WAIT_MS = 30_000
+MAX_OFFSETS = 1000
+
+_STRICT = ConfigDict(strict=True, extra="forbid", frozen=True)
+Offset = StrictInt
+
+
+def _custom(code: str, message: str) -> PydanticCustomError:
+    return PydanticCustomError(code, message)
+
+
+class BackoffIn(BaseModel):
+    """Redelivery after a nack without delay or a lease that ran out: ``min_ms × 2^r`` for
+    a message delivered with ``redelivery_count`` r, at most ``max_ms``."""
+
+    model_config = _STRICT
+
+    min_ms: StrictInt = Field(1000, ge=0, le=MAX_BACKOFF_MS)
+    max_ms: StrictInt = Field(60000, ge=0, le=MAX_BACKOFF_MS, description=(
+        "At least `min_ms` (else `invalid_backoff`)."))
+
+    @model_validator(mode="after")
+    def _ordered(self) -> BackoffIn:
+        if self.min_ms > self.max_ms:
+            raise _custom("invalid_backoff", f"redelivery_backoff.min_ms ({self.min_ms}) is "
+                          f"more than max_ms ({self.max_ms})")
+        return self
+
+
+class SubscriptionIn(BaseModel):
+    """``PUT /v1/topics/{topic}/subscriptions/{subscription}``; every field optional."""
+
+    model_config = _STRICT
+
+    initial_position: Literal["latest", "earliest"] = Field("latest", description=(
+        "Where a new subscription starts: at the topic's next offset, or at its first "
+        "retained one. Counts only at creation."))
+    ack_timeout_ms: StrictInt = Field(30000, ge=1000, le=43_200_000, description=(
+        "How long a received message stays leased to its receive."))
+    max_redeliveries: StrictInt = Field(16, ge=0, le=1000, description=(
+        "A message delivered 1 + this many times without an acknowledgement goes to the "
+        "dead-letter topic."))
+    redelivery_backoff: BackoffIn = Field(default_factory=BackoffIn)
+    dead_letter_topic: TopicName | None = Field(None, description=(
+        "Default: `<topic>-<subscription>-DLQ` (when that name is valid). Not the "
+        "subscription's own topic (`invalid_dead_letter_topic`); another one than the "
+        "default needs consume on it (403 `forbidden`)."))
+
+    @field_validator("dead_letter_topic")
+    @classmethod
+    def _dead_letter_topic(cls, topic: str | None) -> str | None:
+        if topic is None:
+            return None
+        if not is_valid_name(topic):
+            raise _custom("invalid_topic", f"dead_letter_topic {topic!r} must match "
+                          f"{NAME_PATTERN}")
+        if is_reserved_topic(topic):
+            raise _custom("reserved_topic", f"topic {topic!r} is reserved and cannot be a "
+                          "dead-letter topic")
+        return topic
+
+
+class ReceiveIn(BaseModel):
+    model_config = _STRICT
+
+    max_messages: StrictInt = Field(10, ge=1, le=MAX_RECEIVE)
+    wait_ms: StrictInt = Field(0, ge=0, le=MAX_WAIT_MS, description=(
+        "Wait up to this long for a deliverable message (then answer an empty list)."))
+
+
+class OffsetsIn(BaseModel):
+    model_config = _STRICT
+
+    offsets: list[Offset] = Field(max_length=MAX_OFFSETS)
+
+    @field_validator("offsets")
+    @classmethod
+    def _offsets(cls, offsets: list[int]) -> list[int]:
+        if any(o < 0 or o > MAX_INT64 for o in offsets):
+            raise _custom("invalid_offset", f"offsets are integers 0..{MAX_INT64}")
+        return offsets
+
+
+class NackIn(OffsetsIn):
+    delay_ms: StrictInt | None = Field(None, ge=0, le=MAX_DELAY_MS, description=(
+        "Redeliver after this long; default: the subscription's backoff."))
+
+
+class SeekIn(BaseModel):
+    model_config = _STRICT
+
+    offset: StrictInt = Field(ge=0, le=MAX_INT64, description=(
+        "Every offset below it is acknowledged, every one from it on is not. At most the "
+        "topic's `next_offset` (else `offset_out_of_range`)."))
+
+# -- names --------------------------------------------------------------------------------
+
+
+def check_subscription_name(name: str) -> str:
+    if not is_valid_name(name):
+        raise InvalidRequest(f"subscription name {name!r} must match {NAME_PATTERN}",
+                             code="invalid_subscription")
+    return name
+
+
+def default_dead_letter_topic(topic: str, name: str) -> str:
+    return f"{topic}-{name}-DLQ"
+
+
+def dead_letter_topic(topic: str, name: str, request: SubscriptionIn) -> str:
+    """The dead-letter topic the request names, or the default; never the subscription's
+    own topic (its dead letters would come back to it)."""
+    dead_letter = request.dead_letter_topic or default_dead_letter_topic(topic, name)
+    if dead_letter == topic:
+        raise InvalidRequest(f"dead_letter_topic {topic!r} is the subscription's own topic",
+                             code="invalid_dead_letter_topic")
+    return dead_letter
+
+
+def names_other_dead_letter_topic(topic: str, name: str, request: SubscriptionIn) -> bool:
+    """Whether the request names a dead-letter topic other than the default: one the
+    subscription writes into, which the caller must be allowed to consume."""
+    given = request.dead_letter_topic
+    return given is not None and given != default_dead_letter_topic(topic, name)

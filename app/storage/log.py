@@ -1,0 +1,150 @@
+"""SQL of the committed log (message_log): committed messages as a read shows them (one
+query, ``as_read``), a message by its id, and the appends that take offsets from a
+topic's counter (topic_offset) outside a finish batch."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from sqlalchemy import Connection, Select, and_, func, or_, select
+
+from app.storage.bulk import among, dialect_insert, insert_rows
+from app.storage.reads import MESSAGE_COLUMNS
+from app.storage.schema import (
+    AnyRow,
+    half_message,
+    logged_message_id,
+    message_log,
+    topic_offset,
+    txn,
+)
+
+BODY = half_message.c.body
+
+
+def body_size() -> Any:
+    """A half message's body size (``length`` of a PostgreSQL bytea or a SQLite blob reads
+    its header, not its bytes)."""
+    return func.length(half_message.c.body).label("size")
+
+
+def body_preview(n: int) -> Any:
+    """A half message's first ``n`` bytes."""
+    return func.substr(half_message.c.body, 1, n).label("preview")
+
+
+def as_read(*body: Any) -> Select[Any]:
+    """Committed messages as a read shows them, the one query of them (a topic's page, a
+    receive, a dead-letter copy's source, the dashboard's page): offset, commit time, half
+    message id, properties and id (a dead-letter copy's own), keys, tag, ``body_is_text``,
+    creation time, transaction id and producer group, and ``body``: the columns the caller
+    wants of the body (``BODY``, or ``body_size()`` and ``body_preview(n)``)."""
+    return (select(message_log.c.queue_offset, message_log.c.committed_at,
+                   message_log.c.half_message_id,
+                   func.coalesce(message_log.c.properties, half_message.c.properties)
+                   .label("properties"),
+                   logged_message_id(), half_message.c["keys"], half_message.c.tag,
+                   half_message.c.body_is_text, half_message.c.created_at,
+                   txn.c.transaction_id, txn.c.producer_group, *body)
+            .select_from(message_log
+                         .join(half_message, half_message.c.id == message_log.c.half_message_id)
+                         .join(txn, txn.c.id == half_message.c.txn_id)))
+
+
+def read_page(conn: Connection, topic: str, from_offset: int, limit: int,
+              max_bytes: int) -> list[AnyRow]:
+    """Committed messages from ``from_offset`` in offset order (``as_read``): at most
+    ``limit`` of them and at most ``max_bytes`` of bodies, but never fewer than one.
+
+    The page is cut in SQL, on body sizes summed in offset order before any body is read,
+    so the bodies a reader receives, and that this process holds, stay within the budget.
+    """
+    first = (
+        select(message_log.c.queue_offset, body_size())
+        .join(half_message, half_message.c.id == message_log.c.half_message_id)
+        .where(message_log.c.topic == topic, message_log.c.queue_offset >= from_offset)
+        .order_by(message_log.c.queue_offset)
+        .limit(limit)
+        .subquery("first")
+    )
+    sized = select(
+        first.c.queue_offset,
+        func.sum(first.c.size).over(order_by=first.c.queue_offset).label("running"),
+        func.row_number().over(order_by=first.c.queue_offset).label("n"),
+    ).subquery("sized")
+    stmt = (as_read(BODY)
+            .join(sized, and_(message_log.c.topic == topic,
+                              message_log.c.queue_offset == sized.c.queue_offset))
+            .where(or_(sized.c.running <= max_bytes, sized.c.n == 1))
+            .order_by(message_log.c.queue_offset))
+    return list(conn.execute(stmt))
+
+
+def read_at(conn: Connection, topic: str, offsets: Sequence[int]) -> list[AnyRow]:
+    """The committed messages at these offsets (``as_read``), in offset order."""
+    if not offsets:
+        return []
+    return list(conn.execute(
+        as_read(BODY)
+        .where(message_log.c.topic == topic, among(conn, message_log.c.queue_offset, sorted(offsets)))
+        .order_by(message_log.c.queue_offset)))
+
+
+def browse(conn: Connection, topic: str, from_offset: int, limit: int,
+           preview_bytes: int) -> list[AnyRow]:
+    """Committed messages from ``from_offset`` in offset order (``as_read``), each with its
+    body's size and first ``preview_bytes`` bytes (never the whole body)."""
+    return list(conn.execute(
+        as_read(body_size(), body_preview(preview_bytes))
+        .where(message_log.c.topic == topic, message_log.c.queue_offset >= from_offset)
+        .order_by(message_log.c.queue_offset).limit(limit)))
+
+
+def append(conn: Connection, topic: str, rows: Sequence[Mapping[str, Any]]) -> int:
+    """Append committed log rows (half_message_id, message_id, properties, committed_at) to
+    ``topic`` at the next offsets, taken from its counter (locked until this transaction
+    ends, as a commit does); the first offset taken."""
+    n = len(rows)
+    counter = dialect_insert(conn, topic_offset).values(topic=topic, next_offset=n)
+    taken = counter.on_conflict_do_update(
+        index_elements=[topic_offset.c.topic],
+        set_={"next_offset": topic_offset.c.next_offset + counter.excluded.next_offset},
+    ).returning(topic_offset.c.next_offset)
+    first = int(conn.execute(taken).scalar_one()) - n
+    insert_rows(conn, message_log, [{"topic": topic, "queue_offset": first + i,
+                                     "deliver_at": None, **r} for i, r in enumerate(rows)])
+    return first
+
+
+def get_message(conn: Connection, message_id: str) -> AnyRow | None:
+    """A message by its id: a half message (with its place in the log once committed), or
+    a dead-letter copy (``dead_letter_copy``)."""
+    stmt = (
+        select(*MESSAGE_COLUMNS, txn.c.transaction_id, txn.c.producer_group,
+               txn.c.state, message_log.c.queue_offset, message_log.c.committed_at)
+        .join(txn, txn.c.id == half_message.c.txn_id)
+        .outerjoin(message_log, and_(message_log.c.half_message_id == half_message.c.id,
+                                     message_log.c.topic == half_message.c.topic))
+        .where(half_message.c.message_id == message_id)
+    )
+    return conn.execute(stmt).first() or dead_letter_copy(conn, message_id, MESSAGE_COLUMNS)
+
+
+def dead_letter_copy(conn: Connection, message_id: str, columns: Sequence[Any]
+                     ) -> AnyRow | None:
+    """The dead-letter copy with this id, in ``columns`` of its half message but for its
+    own id, topic and properties, with its transaction and its place in the log."""
+    own = {"message_id": logged_message_id(), "topic": message_log.c.topic,
+           "properties": func.coalesce(message_log.c.properties, half_message.c.properties)
+           .label("properties")}
+    stmt = (
+        select(*[own.get(c.name, c) for c in columns], txn.c.transaction_id,
+               txn.c.producer_group, txn.c.state, message_log.c.queue_offset,
+               message_log.c.committed_at)
+        .select_from(message_log)
+        .join(half_message, half_message.c.id == message_log.c.half_message_id)
+        .join(txn, txn.c.id == half_message.c.txn_id)
+        .where(message_log.c.message_id == message_id)
+    )
+    return conn.execute(stmt).first()

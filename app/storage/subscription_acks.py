@@ -1,0 +1,84 @@
+"""SQL of acks, nacks and renews: they lock only the offset rows they change, in offset
+order and never a row a transaction holds (``app.storage.subscriptions``)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, and_, bindparam, delete, func, select, update
+
+from app.storage.bulk import among, is_pg
+from app.storage.schema import AnyRow, subscription
+from app.storage.subscriptions import get, locking_offsets, so
+
+_RESCHEDULE = (update(so)
+               .where(so.c.subscription_id == bindparam("b_sub"),
+                      so.c.queue_offset == bindparam("b_offset"))
+               .values(leased_until=bindparam("b_until"), next_at=bindparam("b_next")))
+
+
+def reschedule(conn: Connection, sub_id: int,
+               changes: Iterable[tuple[int, datetime | None, datetime | None]]) -> None:
+    """Set each (offset, leased until, next deliverable time)."""
+    params = [{"b_sub": sub_id, "b_offset": o, "b_until": u, "b_next": n} for o, u, n in changes]
+    if params:
+        conn.execute(_RESCHEDULE, params)
+
+
+def rows_at(conn: Connection, sub_id: int, offsets: Iterable[int]) -> list[AnyRow]:
+    """The offset rows at these offsets (not acknowledged) that no transaction holds,
+    lowest first, locked.
+
+    Every writer of offset rows but the settling of held ones locks them this way, in
+    offset order and never a held row, so two writers cannot deadlock, and a finish batch
+    that settles held rows never waits for one."""
+    wanted = sorted(set(offsets))
+    if not wanted:
+        return []
+    return list(conn.execute(locking_offsets(conn, (
+        select(so).where(so.c.subscription_id == sub_id, so.c.held_by.is_(None),
+                         _at(conn, wanted)).order_by(so.c.queue_offset)))))
+
+
+def _at(conn: Connection, wanted: Sequence[int]) -> Any:
+    """At these offsets (sorted), also bounded by the first and the last: a range the
+    planner takes for the primary key's index without statistics, where the list alone
+    let it read every row of the subscription."""
+    return and_(so.c.queue_offset.between(wanted[0], wanted[-1]),
+                among(conn, so.c.queue_offset, wanted))
+
+
+def acknowledge(conn: Connection, sub_id: int, offsets: Iterable[int]) -> int:
+    """Acknowledge these offsets (only those no transaction holds): delete their rows; how
+    many were not acknowledged before. One statement, whose subquery locks the rows as
+    ``rows_at`` does."""
+    wanted = sorted(set(offsets))
+    if not wanted:
+        return 0
+    return int(conn.execute(_acknowledging(conn, sub_id, wanted)).rowcount)
+
+
+def _acknowledging(conn: Connection, sub_id: Any, wanted: Sequence[int]) -> Any:
+    free = and_(so.c.subscription_id == sub_id, so.c.held_by.is_(None))
+    locked = locking_offsets(conn, select(so.c.queue_offset).where(free, _at(conn, wanted))
+                      .order_by(so.c.queue_offset))
+    return delete(so).where(free, so.c.queue_offset.in_(locked))
+
+
+def acknowledge_named(conn: Connection, topic: str, name: str, offsets: Iterable[int]
+                      ) -> tuple[AnyRow | None, int]:
+    """``acknowledge`` on the subscription of this name: its row as it was (None if there
+    is none) and how many offsets were newly acknowledged. On PostgreSQL one statement
+    (the lookup and the delete together)."""
+    wanted = sorted(set(offsets))
+    if not is_pg(conn) or not wanted:
+        sub = get(conn, topic, name)
+        return sub, (acknowledge(conn, sub.id, wanted) if sub is not None else 0)
+    named = and_(subscription.c.topic == topic, subscription.c.name == name)
+    sub_id = select(subscription.c.id).where(named).scalar_subquery()
+    gone = _acknowledging(conn, sub_id, wanted).returning(so.c.queue_offset).cte("gone")
+    row = conn.execute(select(subscription, select(func.count()).select_from(gone)
+                              .scalar_subquery().label("acked")).where(named)).first()
+    return (None, 0) if row is None else (row, int(row.acked))
