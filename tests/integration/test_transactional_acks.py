@@ -13,7 +13,6 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
-from app.domain import clock as domain
 from app.domain import lifecycle as lifecycle_module
 from app.errors import DatabaseUnavailable
 from app.storage.schema import txn

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from app.domain import subscriptions as domain
+from app.domain import clock as domain
 from tests.integration.helpers import finish, register, send
 
 GROUP = "orders-svc"
