@@ -40,7 +40,7 @@ from app.domain.lifecycle import Lifecycle, utcnow
 from app.domain.messages import ProducerGroupIn
 from app.domain.reads import body_fields, message_meta
 from app.errors import ApiError, DatabaseUnavailable, one_line
-from app.storage import checks, groups, reads
+from app.storage import checks, groups, transactions
 from app.storage.db import make_engine, write_transaction
 from app.storage.schema import AnyRow
 from app.vocabulary import Op, Resolution, State
@@ -242,7 +242,7 @@ class Checks:
                 if (row is None or row.state != State.PREPARED or row.lease_owner != self.owner
                         or row.check_times != claim.check_times):
                     return row, None
-                return row, reads.messages_of(conn, [claim.txn_id])[claim.txn_id]
+                return row, transactions.messages_of(conn, [claim.txn_id])[claim.txn_id]
 
         try:
             row, messages = self._retrying(read)

@@ -21,8 +21,10 @@ from app.domain import subscriptions as subs
 from app.domain.lifecycle import utcnow
 from app.domain.names import is_valid_name, is_valid_transaction_id
 from app.errors import InvalidRequest, NotFound
-from app.storage import checks, dashboard, log, reads
+from app.storage import checks, log
+from app.storage import groups as group_store
 from app.storage import topics as topic_store
+from app.storage import transactions as txn_store
 from app.storage.groups import check_urls
 from app.storage.schema import AnyRow
 from app.vocabulary import State
@@ -60,7 +62,7 @@ def _topic_lines(conn: Connection, only_topics: Collection[str] | None,
     lines = []
     for row in topic_store.list_topics(conn, "", OVERVIEW_TOPICS, only_topics):
         first = min(row.first_offset, row.next_offset)
-        recent = dashboard.first_offset_since(conn, row.topic, first, row.next_offset, since)
+        recent = log.first_offset_since(conn, row.topic, first, row.next_offset, since)
         lines.append(TopicLine(row.topic, first, row.next_offset, row.next_offset - recent))
     return lines
 
@@ -78,9 +80,9 @@ def overview(engine: Engine, only_groups: Collection[str] | None,
     since = now - RECENT
     with engine.connect() as conn:
         lines = _topic_lines(conn, only_topics, since)
-        counted = dashboard.count_by_state(conn, only_groups)
-        oldest = dashboard.oldest_prepared(conn, only_groups)
-        by_result = dashboard.checks_by_result(conn, since, only_groups)
+        counted = txn_store.count_by_state(conn, only_groups)
+        oldest = txn_store.oldest_prepared(conn, only_groups)
+        by_result = checks.checks_by_result(conn, since, only_groups)
     return Overview(
         lines, {s.value: counted.get(s.value, 0) for s in State}, oldest,
         None if oldest is None else max(0.0, (now - oldest).total_seconds()),
@@ -134,7 +136,7 @@ def transactions(engine: Engine, only_groups: Collection[str] | None, *, group: 
     """Transactions newest first, by group and state; or those a search names: a
     transaction id (in any group the viewer may see) or a message id."""
     with engine.connect() as conn:
-        known = (dashboard.transaction_groups(conn, MAX_GROUPS) if only_groups is None
+        known = (txn_store.transaction_groups(conn, MAX_GROUPS) if only_groups is None
                  else sorted(only_groups))
         if group is not None and only_groups is not None and group not in only_groups:
             return TransactionPage([], known, None)
@@ -144,17 +146,17 @@ def transactions(engine: Engine, only_groups: Collection[str] | None, *, group: 
             rows: list[AnyRow] = []
             found = None
             if is_valid_transaction_id(search):
-                rows = dashboard.transactions_with_id(
+                rows = txn_store.transactions_with_id(
                     conn, wanted if wanted is not None else known, search)
                 found = "transaction id"
             if not rows and len(search) == _MESSAGE_ID_LENGTH:
-                row = dashboard.transaction_of_message(conn, search.upper())
+                row = txn_store.transaction_of_message(conn, search.upper())
                 if row is not None and (wanted is None or row.producer_group in wanted):
                     rows, found = [row], "message id"
             if state is not None:
                 rows = [r for r in rows if r.state == state]
             return TransactionPage(rows, known, None, found if rows else None)
-        rows = dashboard.list_transactions(conn, wanted, [state] if state else [], before,
+        rows = txn_store.newest_transactions(conn, wanted, [state] if state else [], before,
                                            limit)
     return TransactionPage(rows, known, rows[-1].id if len(rows) == limit else None)
 
@@ -180,16 +182,16 @@ def transaction(engine: Engine, group: str, transaction_id: str) -> TransactionV
     """A transaction with its messages (sizes, not bodies), every check, every operation,
     and a timeline of all of them."""
     with engine.connect() as conn:
-        row = reads.get_txn(conn, group, transaction_id)
+        row = txn_store.get_txn(conn, group, transaction_id)
         if row is None:
             raise NotFound(f"no transaction {transaction_id!r} in producer group {group!r}",
                            code="transaction_not_found")
-        messages = dashboard.messages(conn, row.id)
+        messages = txn_store.messages_without_bodies(conn, row.id)
         offsets = {m.message_id: m.queue_offset
-                   for m in reads.committed_offsets(conn, [row.id])[row.id]}
+                   for m in txn_store.committed_offsets(conn, [row.id])[row.id]}
         checked = checks.checks_of(conn, row.id)
-        ops = dashboard.ops_of(conn, row.id)
-        discarded = dashboard.discard_entries(conn, [m.message_id for m in messages])
+        ops = txn_store.ops_of(conn, row.id)
+        discarded = log.discard_entries(conn, [m.message_id for m in messages])
     shown = [{"message_id": m.message_id, "topic": m.topic, "tag": m.tag,
               "keys": orjson.loads(m.keys), "size": m.size, "text": m.body_is_text,
               "offset": offsets.get(m.message_id)} for m in messages]
@@ -254,8 +256,8 @@ def message(engine: Engine, message_id: str) -> dict[str, Any]:
     """One message: its transaction, place in the log, properties and body (text shown,
     binary as a hex preview), at most ``DETAIL_BYTES`` of it."""
     with engine.connect() as conn:
-        row = dashboard.message(conn, message_id.upper(), DETAIL_BYTES)
-        discarded = dashboard.discard_entries(conn, [row.message_id]) if row else []
+        row = log.message_preview(conn, message_id.upper(), DETAIL_BYTES)
+        discarded = log.discard_entries(conn, [row.message_id]) if row else []
     if row is None:
         raise NotFound(f"no message {message_id!r}", code="message_not_found")
     preview = bytes(row.preview)
@@ -277,7 +279,7 @@ def groups(engine: Engine, only_groups: Collection[str] | None,
     """Registered producer groups with their callbacks (never their signing secrets),
     and the name to page on from."""
     with engine.connect() as conn:
-        rows = dashboard.groups(conn, after, limit, only_groups)
+        rows = group_store.list_groups(conn, after, limit, only_groups)
     shown = [{"producer_group": r.name, "check_urls": check_urls(r),
               "check_timeout_ms": r.check_timeout_ms, "created_at": r.created_at,
               "updated_at": r.updated_at} for r in rows]

@@ -27,9 +27,9 @@ from app.domain.states import Outcome
 from app.domain.trace_context import TraceContext
 from app.domain.wakeups import TopicSignal
 from app.errors import ApiError, Conflict, NotFound, UnregisteredProducerGroup
-from app.storage import finishes, groups, notices, reads, sends
+from app.storage import finishes, groups, notices, transactions
 from app.storage.db import write_transaction
-from app.storage.sends import NewTransaction
+from app.storage.transactions import NewTransaction
 from app.storage.writer import GroupCommitWriter
 from app.vocabulary import RESOLVED, Op, State
 
@@ -91,13 +91,13 @@ def apply_sends(conn: Connection, cmds: Sequence[SendCmd]) -> list[SendResult | 
             cmd.group, cmd.transaction_id, cmd.fingerprint, cmd.request.check_url,
             cmd.request.check_immunity_seconds, now + timedelta(seconds=cmd.first_check_delay),
             now, messages, [new_message_id() for _ in messages]))
-    inserted = sends.store_sends(conn, new)
+    inserted = transactions.store_sends(conn, new)
     # the rare path: a key not stored is either taken (a retry) or its group unregistered
     left = [key for key in first_of if key not in inserted]
     registered = groups.registered(conn, {g for g, _ in left})
-    existing = reads.find_txns(conn, [k for k in left if k[0] in registered])
-    existing_messages = reads.messages_of(conn, [r.id for r in existing.values()],
-                                          columns=reads.ID_COLUMNS)
+    existing = transactions.find_txns(conn, [k for k in left if k[0] in registered])
+    existing_messages = transactions.messages_of(conn, [r.id for r in existing.values()],
+                                          columns=transactions.ID_COLUMNS)
 
     out: list[SendResult | ApiError] = []
     answered: set[tuple[str, str]] = set()
@@ -188,7 +188,7 @@ def apply_finishes(conn: Connection, cmds: Sequence[FinishCmd]) -> list[FinishRe
     published: dict[tuple[int, Op], list[dict[str, Any]]] = {
         key: [{"message_id": m, "topic": t, "offset": first[t] + rel} for m, t, rel in entries]
         for key, entries in placed.items()}
-    repeats = reads.committed_offsets(
+    repeats = transactions.committed_offsets(
         conn, [r.id for c, r, o, _ in decided if o is Outcome.REPEAT and c.op is Op.COMMIT])
 
     out: list[FinishResult | ApiError] = []
@@ -303,7 +303,7 @@ class Lifecycle:
         self.callback_policy = CallbackPolicy.from_settings(settings)
         self.send_writer: GroupCommitWriter[SendCmd] = GroupCommitWriter(
             engine, apply_sends, max_batch=settings.batch_max_size, name="txmsg-send-writer",
-            one_statement=sends.sends_are_one_statement(engine.dialect.name),
+            one_statement=transactions.sends_are_one_statement(engine.dialect.name),
             on_batch=metrics.BATCH_SIZE.labels("send").observe,
             on_depth=metrics.QUEUE_DEPTH.labels("send").set,
             timeout=settings.db_write_timeout_seconds)
@@ -351,10 +351,10 @@ class Lifecycle:
             if isinstance(out, ApiError):
                 raise out
             if out.created:
-                row = reads.get_txn(conn, cmd.group, cmd.transaction_id)
+                row = transactions.get_txn(conn, cmd.group, cmd.transaction_id)
                 assert row is not None  # inserted just now, in this transaction
                 held = subscriptions.hold_acks(conn, row.id, cmd.request.ack_set())
-                sends.mark_held(conn, row.id, held)
+                transactions.mark_held(conn, row.id, held)
             return out
 
     def _send_cmd(self, group: str, request: TransactionIn) -> SendCmd:

@@ -12,7 +12,7 @@ from sqlalchemy import Engine
 
 from app.domain.access import CONSUME, PRODUCE, UNRESTRICTED, Principal
 from app.errors import Forbidden, InvalidRequest, NotFound
-from app.storage import checks, log, reads, topics
+from app.storage import checks, log, topics, transactions
 from app.storage.schema import AnyRow
 from app.vocabulary import State
 
@@ -64,15 +64,15 @@ def get_transaction(engine: Engine, group: str, transaction_id: str, *,
     """One transaction and its messages; ``with_checks``: its check history too, oldest
     first (``checks``: number, time, URL, result, detail)."""
     with engine.connect() as conn:
-        row = reads.get_txn(conn, group, transaction_id)
+        row = transactions.get_txn(conn, group, transaction_id)
         if row is None:
             raise NotFound(f"no transaction {transaction_id!r} in producer group {group!r}",
                            code="transaction_not_found")
-        messages = reads.messages_of(conn, [row.id])[row.id]
+        messages = transactions.messages_of(conn, [row.id])[row.id]
         offsets = {}
         if row.state == State.COMMITTED:
             offsets = {m.message_id: m.queue_offset
-                       for m in reads.committed_offsets(conn, [row.id])[row.id]}
+                       for m in transactions.committed_offsets(conn, [row.id])[row.id]}
         out = _transaction(row, messages, offsets)
         if with_checks:
             out["checks"] = [{"check_times": c.check_times, "created_at": c.created_at,
@@ -89,7 +89,7 @@ def list_transactions(engine: Engine, group: str | None, state: str | None, afte
                              code="invalid_query_parameter", parameter="state")
     wanted = State(state) if state is not None else None
     with engine.connect() as conn:
-        rows = reads.list_txns(conn, group, wanted, after, limit)
+        rows = transactions.list_txns(conn, group, wanted, after, limit)
     items = [{k: v for k, v in _transaction(r, [], {}).items() if k != "messages"} for r in rows]
     return {"producer_group": group, "transactions": items,
             "next_after": str(rows[-1].id) if len(rows) == limit else None}
@@ -166,7 +166,7 @@ class PreparedBacklog(NamedTuple):
 def prepared_backlog(engine: Engine) -> PreparedBacklog:
     """What /metrics shows of the unresolved transactions, read at scrape time."""
     with engine.connect() as conn:
-        messages, oldest = reads.prepared_backlog(conn)
+        messages, oldest = transactions.prepared_backlog(conn)
     age = 0.0 if oldest is None else max(0.0, (datetime.now(UTC) - oldest).total_seconds())
     return PreparedBacklog(messages, age)
 

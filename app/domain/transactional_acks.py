@@ -8,8 +8,8 @@ from sqlalchemy import Connection
 from app.domain import clock
 from app.domain.subscription_settings import found
 from app.errors import Conflict
-from app.storage import sends
 from app.storage import transactional_acks as store
+from app.storage import transactions
 from app.storage.schema import AnyRow
 from app.vocabulary import Op
 
@@ -91,7 +91,7 @@ class FinishAcks:
         elif op is Op.DISCARD and holding:
             self.topics.update(store.holders(self.conn, [row.id]))
             store.settle(self.conn, [row.id], clock.utcnow(), commit=False)
-            sends.mark_held(self.conn, row.id, 0)
+            transactions.mark_held(self.conn, row.id, 0)
             self.released.append(row.id)
             self.holding[row.id] = False
         elif op is Op.RESUME and not holding:
@@ -99,7 +99,7 @@ class FinishAcks:
             if not isinstance(taken, Conflict):
                 for sub_id, offsets in taken.items():
                     store.hold(self.conn, sub_id, offsets, row.id)
-                sends.mark_held(self.conn, row.id, sum(map(len, taken.values())))
+                transactions.mark_held(self.conn, row.id, sum(map(len, taken.values())))
                 self.holding[row.id] = True
         if op in (Op.COMMIT, Op.ROLLBACK):
             self.resolved.append(row.id)

@@ -149,3 +149,16 @@ def checks_of(conn: Connection, txn_id: int) -> list[AnyRow]:
                    check_log.c.detail, check_log.c.created_at, check_log.c.duration_ms)
             .where(check_log.c.txn_id == txn_id).order_by(check_log.c.id))
     return list(conn.execute(stmt))
+
+
+def checks_by_result(conn: Connection, since: datetime,
+                     groups: Collection[str] | None) -> dict[str, int]:
+    """Checks made since ``since`` by result (of these groups' transactions unless None)."""
+    stmt = (select(check_log.c.result, func.count()).where(check_log.c.created_at >= since)
+            .group_by(check_log.c.result))
+    if groups is not None:
+        if not groups:
+            return {}
+        stmt = stmt.join(txn, txn.c.id == check_log.c.txn_id).where(
+            txn.c.producer_group.in_(sorted(groups)))
+    return {result: n for result, n in conn.execute(stmt)}

@@ -23,7 +23,6 @@ from sqlalchemy import (
 from sqlalchemy.dialects import postgresql, sqlite
 
 from app.storage.bulk import KEYS, TXN_IDS, JsonRows, Key, insert_rows, is_pg, key_params
-from app.storage.reads import TXN_COLUMNS
 from app.storage.schema import (
     AnyRow,
     AnySelect,
@@ -33,6 +32,7 @@ from app.storage.schema import (
     topic_offset,
     txn,
 )
+from app.storage.transactions import TXN_COLUMNS
 
 
 class Published(NamedTuple):

@@ -3,7 +3,7 @@ the secrets that sign their callbacks)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from datetime import datetime
 
 import orjson
@@ -88,3 +88,16 @@ def registered(conn: Connection, names: Iterable[str]) -> set[str]:
 def check_urls(row: AnyRow) -> list[str]:
     urls: list[str] = orjson.loads(row.check_urls)
     return urls
+
+
+def list_groups(conn: Connection, after: str, limit: int,
+                only: Collection[str] | None) -> list[AnyRow]:
+    """Registered producer groups by name after ``after`` (only those in ``only`` unless
+    None), without their signing secrets."""
+    stmt = (select(producer_group).where(producer_group.c.name > after)
+            .order_by(producer_group.c.name).limit(limit))
+    if only is not None:
+        if not only:
+            return []
+        stmt = stmt.where(producer_group.c.name.in_(sorted(only)))
+    return list(conn.execute(stmt))

@@ -5,12 +5,12 @@ topic's counter (topic_offset) outside a finish batch."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Select, and_, func, or_, select
+from sqlalchemy import Connection, Select, and_, bindparam, func, or_, select
 
 from app.storage.bulk import among, dialect_insert, insert_rows
-from app.storage.reads import MESSAGE_COLUMNS
 from app.storage.schema import (
     AnyRow,
     half_message,
@@ -19,6 +19,7 @@ from app.storage.schema import (
     topic_offset,
     txn,
 )
+from app.storage.transactions import BODILESS_COLUMNS, MESSAGE_COLUMNS
 
 BODY = half_message.c.body
 
@@ -148,3 +149,51 @@ def dead_letter_copy(conn: Connection, message_id: str, columns: Sequence[Any]
         .where(message_log.c.message_id == message_id)
     )
     return conn.execute(stmt).first()
+
+
+_COMMITTED_AT = select(message_log.c.committed_at).where(
+    message_log.c.topic == bindparam("topic"), message_log.c.queue_offset == bindparam("at"))
+
+
+def first_offset_since(conn: Connection, topic: str, lo: int, hi: int, since: datetime) -> int:
+    """The lowest offset in ``[lo, hi)`` committed at or after ``since`` (``hi`` if none):
+    a bisection of primary-key lookups, about log2(hi - lo) of them. Offsets are handed out
+    in commit order, so commit times rise with them (within the clock skew of writers in
+    different processes, which is what the answer may be off by)."""
+    while lo < hi:
+        mid = (lo + hi) // 2
+        at = conn.execute(_COMMITTED_AT, {"topic": topic, "at": mid}).scalar()
+        if at is None or at < since:  # None: deleted by retention meanwhile
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+def message_preview(conn: Connection, message_id: str, preview_bytes: int) -> AnyRow | None:
+    """One message with its transaction, its size and first ``preview_bytes`` bytes, and
+    its place in the log once committed (``queue_offset``, NULL before)."""
+    preview = func.substr(half_message.c.body, 1, preview_bytes).label("preview")
+    stmt = (
+        select(*BODILESS_COLUMNS, txn.c.transaction_id, txn.c.producer_group, txn.c.state,
+               preview, message_log.c.queue_offset, message_log.c.committed_at)
+        .join(txn, txn.c.id == half_message.c.txn_id)
+        .outerjoin(message_log, and_(message_log.c.half_message_id == half_message.c.id,
+                                     message_log.c.topic == half_message.c.topic))
+        .where(half_message.c.message_id == message_id)
+    )
+    return conn.execute(stmt).first() or dead_letter_copy(conn, message_id,
+                                                           (*BODILESS_COLUMNS, preview))
+
+
+def discard_entries(conn: Connection, message_ids: Sequence[str]) -> list[AnyRow]:
+    """Where these messages were appended to the discard topic (offsets, properties)."""
+    if not message_ids:
+        return []
+    stmt = (select(message_log.c.topic, message_log.c.queue_offset, message_log.c.properties,
+                   message_log.c.committed_at, half_message.c.message_id)
+            .join(half_message, half_message.c.id == message_log.c.half_message_id)
+            .where(half_message.c.message_id.in_(sorted(message_ids)),
+                   message_log.c.topic != half_message.c.topic)
+            .order_by(message_log.c.queue_offset))
+    return list(conn.execute(stmt))

@@ -9,7 +9,7 @@ import pytest
 from sqlalchemy import select
 
 from app.config import Settings
-from app.storage import checks, reads
+from app.storage import checks, transactions
 from app.storage.schema import op_log
 from app.web import create_app
 from checker.service import CheckService
@@ -73,13 +73,13 @@ class Harness:
 
     def check_log(self, group: str, transaction_id: str) -> list[Any]:
         with self.engine.connect() as conn:
-            row = reads.get_txn(conn, group, transaction_id)
+            row = transactions.get_txn(conn, group, transaction_id)
             assert row is not None
             return checks.checks_of(conn, row.id)
 
     def ops(self, group: str, transaction_id: str) -> list[tuple[str, str, int]]:
         with self.engine.connect() as conn:
-            row = reads.get_txn(conn, group, transaction_id)
+            row = transactions.get_txn(conn, group, transaction_id)
             assert row is not None
             return [(r.op, r.source, r.check_times) for r in conn.execute(
                 select(op_log).where(op_log.c.txn_id == row.id).order_by(op_log.c.id))]

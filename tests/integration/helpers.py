@@ -11,7 +11,7 @@ from typing import Any
 
 from sqlalchemy import Engine, func, select
 
-from app.storage import checks, reads
+from app.storage import checks, transactions
 from app.storage.db import write_transaction
 from app.storage.schema import metadata
 from app.vocabulary import Op
@@ -80,7 +80,7 @@ def discard_after_one_check(app: Any, txid: str, group: str = "orders-svc") -> N
     engine, lifecycle = app.extensions["txmsg"].engine, app.extensions["txmsg"].lifecycle
     now = datetime.now(UTC)
     with write_transaction(engine) as conn:
-        row = reads.get_txn(conn, group, txid)
+        row = transactions.get_txn(conn, group, txid)
         assert row is not None
         checks.take_leases(conn, "test-checker", {row.id: now + timedelta(seconds=60)})
         assert checks.record_check(conn, txn_id=row.id, owner="test-checker", check_times=1,

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
-from app.storage import reads
+from app.storage import transactions
 from app.storage.schema import op_log
 from app.web import create_app
 from tests.conftest import make_settings
@@ -41,7 +41,7 @@ def txmsg(database_url: str) -> Txmsg:
 
 def sources(app: Any, txid: str) -> list[tuple[str, str]]:
     with app.extensions["txmsg"].engine.connect() as conn:
-        row = reads.get_txn(conn, GROUP, txid)
+        row = transactions.get_txn(conn, GROUP, txid)
         assert row is not None
         return [(r.op, r.source) for r in conn.execute(
             select(op_log).where(op_log.c.txn_id == row.id).order_by(op_log.c.id))]

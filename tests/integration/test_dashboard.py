@@ -14,7 +14,7 @@ import pytest
 from sqlalchemy import insert, select, update
 
 from app.config import Settings
-from app.storage import reads
+from app.storage import transactions
 from app.storage.schema import check_log, message_log, op_log, ui_session
 from app.ui import session_key
 from app.vocabulary import Op
@@ -75,7 +75,7 @@ def seeded(app: Any, client: Any) -> dict[str, Any]:
     state = app.extensions["txmsg"]
     now = datetime.now(UTC)
     with state.engine.begin() as conn:
-        lost = reads.get_txn(conn, GROUP, "t-lost")
+        lost = transactions.get_txn(conn, GROUP, "t-lost")
         conn.execute(insert(check_log), [
             {"txn_id": lost.id, "check_times": n, "result": "TIMEOUT",
              "url": "http://127.0.0.1:9/check", "detail": "timed out", "duration_ms": 3000.5,
@@ -87,7 +87,7 @@ def seeded(app: Any, client: Any) -> dict[str, Any]:
 
 def txn_state(app: Any, group: str, transaction_id: str) -> str:
     with app.extensions["txmsg"].engine.connect() as conn:
-        row = reads.get_txn(conn, group, transaction_id)
+        row = transactions.get_txn(conn, group, transaction_id)
     return str(row.state)
 
 
