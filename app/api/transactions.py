@@ -7,6 +7,7 @@ request's thread (their ``*_threaded`` twins). Both parse, check and answer alik
 
 from __future__ import annotations
 
+from app import tracing
 from app.api.call import Answer, Call
 from app.api.http import parse_json
 from app.api.tracing import request_trace
@@ -61,17 +62,23 @@ def _names(call: Call) -> tuple[str, str]:
             check_transaction_id(call.params["transaction_id"]))
 
 
+def _finish_trace(call: Call) -> TraceContext | None:
+    """The request's trace context, for a finish's span: read only while tracing is on
+    (unlike a send's, it is not stored)."""
+    return request_trace(call.headers) if tracing.TRACER is not None else None
+
+
 async def _finish_async(call: Call, op: Op) -> Answer:
     group, transaction_id = _names(call)
     return 200, (await call.state.lifecycle.finish_async(group, transaction_id, op,
-                                                         request_trace(call.headers))).body
+                                                         _finish_trace(call))).body
 
 
 def _finish(call: Call, op: Op) -> Answer:
     """Commit, roll back or resume checks (always 200)."""
     group, transaction_id = _names(call)
     return 200, call.state.lifecycle.finish(group, transaction_id, op,
-                                            trace=request_trace(call.headers)).body
+                                            trace=_finish_trace(call)).body
 
 
 async def commit(call: Call) -> Answer:

@@ -15,6 +15,7 @@ from conftest import Service
 from sqlalchemy import Column, Integer, MetaData, String, Table, func, select
 from txmsg_client import Producer, Resolution, message
 from txmsg_client.barrier import Barrier, RolledBackByCheck
+from txmsg_client.errors import AlreadyCommitted
 
 metadata = MetaData()
 orders = Table("orders", metadata, Column("id", Integer, primary_key=True),
@@ -105,3 +106,30 @@ def test_a_transaction_the_check_rolled_back_does_not_run(producer: Producer, ba
 def test_send_in_transaction_is_unchanged(producer: Producer, topic: str) -> None:
     done = producer.send_in_transaction(message(topic, "x"), lambda sent: Resolution.COMMIT)
     assert done.state == "COMMITTED"
+
+
+def test_a_retry_after_the_local_commit_commits_and_does_not_run_again(
+        producer: Producer, barrier: Barrier, topic: str,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The producer died after its database commit, before txmsg's; run again with the same
+    transaction id, the block does not run twice and the messages are committed."""
+    real_commit = producer.commit
+
+    def lost(transaction_id: str) -> dict[str, Any]:
+        raise requests.ConnectionError("the producer died here")
+
+    monkeypatch.setattr(producer, "commit", lost)
+    txid = f"order-{uuid.uuid4().hex[:8]}"
+    with producer.local_transaction(barrier, message(topic, "order 7"),
+                                    transaction_id=txid) as local:
+        local.connection.execute(orders.insert().values(id=7, transaction_id=txid))
+    assert local.state == "PREPARED"
+    monkeypatch.setattr(producer, "commit", real_commit)
+    ran = []
+    with pytest.raises(AlreadyCommitted), \
+            producer.local_transaction(barrier, message(topic, "order 7"),
+                                       transaction_id=txid) as again:
+        ran.append(again)
+    assert ran == [] and order_count(barrier) == 1
+    assert producer.get(txid)["state"] == "COMMITTED"
+    assert [m["body"] for m in producer.read(topic)["messages"]] == ["order 7"]

@@ -28,6 +28,7 @@ except ImportError as exc:
                       "pip install 'txmsg-client[barrier]'") from exc
 
 from txmsg_client import _barrier_sql as sql
+from txmsg_client.errors import AlreadyCommitted
 from txmsg_client.resolution import Resolution
 
 log = logging.getLogger(__name__)
@@ -40,6 +41,13 @@ class RolledBackByCheck(Exception):
     """The check rolled this transaction back before its local transaction began (the
     producer was slower than the service's transaction timeout): the local work is not
     done, and the messages are not sent."""
+
+
+def _taken(reason: str | None, transaction_id: str) -> Exception:
+    """What a barrier row already there means for a local transaction about to begin."""
+    if reason == sql.COMMIT:
+        return AlreadyCommitted(f"transaction {transaction_id}: its local work committed before")
+    return RolledBackByCheck(f"transaction {transaction_id} was rolled back by a check")
 
 
 class Barrier:
@@ -69,13 +77,15 @@ class Barrier:
     def begin(self, group: str, transaction_id: str) -> Iterator[Connection]:
         """A database transaction whose first statement writes the barrier row: committed
         when the block ends, rolled back when it raises. ``RolledBackByCheck``: the check
-        came first."""
+        came first; ``AlreadyCommitted``: this transaction's local work committed before."""
         with self.engine.begin() as connection:
             try:
                 connection.execute(sql.insert_barrier(self.table, group, transaction_id))
             except IntegrityError as exc:
-                raise RolledBackByCheck(
-                    f"transaction {transaction_id} was rolled back by a check") from exc
+                with self.engine.connect() as other:  # this one's transaction is aborted
+                    reason = other.execute(
+                        sql.select_reason(self.table, group, transaction_id)).scalar()
+                raise _taken(reason, transaction_id) from exc
             yield connection
 
     def resolve(self, group: str, transaction_id: str) -> Resolution:

@@ -329,7 +329,8 @@ class Consumer:
         try:
             answer = _retrying(lambda: producer.commit(txid))
         except (requests.RequestException, TxmsgError) as exc:
-            if isinstance(exc, TxmsgError) and not _transient(exc):
+            if isinstance(exc, TxmsgError) and not _transient(exc) \
+                    and exc.code not in ACK_REFUSALS:
                 # 409: resolved otherwise (rolled back by a check): its acks released
                 result.errors.append(exc)
                 result.released.extend(inputs)
@@ -422,6 +423,11 @@ def _transactions(done: list[tuple[int, list[Message]]]
         groups[-1].append(item)
         size += len(item[1])
     return groups
+
+
+# a commit refused for its acks (a late commit whose inputs were acknowledged since, or are
+# held by another transaction) leaves the transaction unresolved: it is rolled back
+ACK_REFUSALS = frozenset({"ack_not_pending", "ack_conflict"})
 
 
 def _transient(exc: Exception) -> bool:

@@ -46,3 +46,10 @@ def error_from(response: HttpAnswer) -> TxmsgError:
 
 def _reason(response: HttpAnswer) -> str:
     return str(getattr(response, "reason", None) or getattr(response, "reason_phrase", ""))
+
+
+class AlreadyCommitted(Exception):
+    """The local transaction of this transaction id committed before (``local_transaction``
+    run again with an id whose work is done, after a crash between the database commit and
+    txmsg's): the block is not run again, and the messages are committed (or left to the
+    check, which commits them)."""

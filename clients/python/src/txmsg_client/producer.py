@@ -15,7 +15,7 @@ import requests
 
 from txmsg_client import tracing
 from txmsg_client._http import auth_headers, call
-from txmsg_client.errors import TxmsgError
+from txmsg_client.errors import AlreadyCommitted, TxmsgError
 from txmsg_client.resolution import Resolution
 
 if TYPE_CHECKING:
@@ -227,6 +227,9 @@ class Producer:
         database = barrier.begin(self.group, local.transaction_id)
         try:
             local.connection = database.__enter__()
+        except AlreadyCommitted:
+            self._commit_quietly(local)
+            raise
         except BaseException:
             self._roll_back_quietly(local.transaction_id)
             raise

@@ -14,7 +14,7 @@ from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from txmsg_client import _barrier_sql as sql
-from txmsg_client.barrier import DEFAULT_KEEP, DEFAULT_WAIT_SECONDS, RolledBackByCheck
+from txmsg_client.barrier import DEFAULT_KEEP, DEFAULT_WAIT_SECONDS, _taken
 from txmsg_client.resolution import Resolution
 
 log = logging.getLogger(__name__)
@@ -45,8 +45,10 @@ class AsyncBarrier:
             try:
                 await connection.execute(sql.insert_barrier(self.table, group, transaction_id))
             except IntegrityError as exc:
-                raise RolledBackByCheck(
-                    f"transaction {transaction_id} was rolled back by a check") from exc
+                async with self.engine.connect() as other:  # this one's is aborted
+                    reason = (await other.execute(
+                        sql.select_reason(self.table, group, transaction_id))).scalar()
+                raise _taken(reason, transaction_id) from exc
             yield connection
 
     async def resolve(self, group: str, transaction_id: str) -> Resolution:

@@ -19,6 +19,7 @@ from txmsg_client._http import auth_headers
 from txmsg_client.aio._http import TRANSPORT_ERRORS, call
 from txmsg_client.aio.producer import AsyncProducer
 from txmsg_client.consumer import (
+    ACK_REFUSALS,
     BatchResult,
     Offsets,
     ReceivedMessage,
@@ -206,7 +207,8 @@ class AsyncConsumer:
         try:
             answer = await _retrying(lambda: producer.commit(txid))
         except FAILURES as exc:
-            if isinstance(exc, TxmsgError) and not _transient(exc):
+            if isinstance(exc, TxmsgError) and not _transient(exc) \
+                    and exc.code not in ACK_REFUSALS:
                 result.errors.append(exc)
                 result.released.extend(inputs)
                 return

@@ -12,7 +12,7 @@ import httpx
 
 from txmsg_client._http import auth_headers
 from txmsg_client.aio._http import TRANSPORT_ERRORS, call
-from txmsg_client.errors import TxmsgError
+from txmsg_client.errors import AlreadyCommitted, TxmsgError
 from txmsg_client.producer import (
     LocalTransaction,
     Message,
@@ -128,6 +128,9 @@ class AsyncProducer:
         database = barrier.begin(self.group, local.transaction_id)
         try:
             local.connection = await database.__aenter__()
+        except AlreadyCommitted:
+            await self._commit_quietly(local)
+            raise
         except BaseException:
             await self._roll_back_quietly(local.transaction_id)
             raise
@@ -140,6 +143,9 @@ class AsyncProducer:
                 await self._roll_back_quietly(local.transaction_id)
             raise
         await database.__aexit__(None, None, None)  # the local commit: raised, the check's
+        await self._commit_quietly(local)
+
+    async def _commit_quietly(self, local: LocalTransaction) -> None:
         try:
             answer = await self.commit(local.transaction_id)
         except (*TRANSPORT_ERRORS, TxmsgError) as exc:
