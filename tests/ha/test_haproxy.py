@@ -13,6 +13,7 @@ import pytest
 import requests
 
 from tests.acceptance.conftest import run_txmsg
+from tests.callbacks import wait_until
 from tests.databases import scratch_pg_database
 from tests.faults.campaign import PROGRESS, RECOVERY_SECONDS, Campaign, check_callback
 from tests.faults.load import Load, register
@@ -63,6 +64,10 @@ def test_a_node_killed_behind_haproxy_loses_nothing(database: str, tmp_path: Pat
         servers["api2"].kill()
         assert history.wait_for_successes(PROGRESS, killed, RECOVERY_SECONDS, LB), \
             campaign.evidence(["no commits through HAProxy after the kill"])
+        # the switch ends when HAProxy's health check has taken api2 out of the rotation:
+        # until then a request may still meet api2's dead connections
+        wait_until(lambda: "Server txmsg/api2 is DOWN" in proxy.log.read_text(),
+                   timeout=RECOVERY_SECONDS, what="HAProxy to mark api2 down")
         history.came_up(LB)
         served_after = history.note("api1 alone")
         assert history.wait_for_successes(PROGRESS, served_after, RECOVERY_SECONDS, LB)
