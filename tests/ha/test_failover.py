@@ -1,28 +1,33 @@
 """Failover with Patroni: the primary's PostgreSQL and then its Patroni killed (SIGKILL)
 under a send/commit load and a consume → produce copier, with txmsg on the multi-host URL
 (``target_session_attrs=read-write``). Nothing acknowledged is lost (the standby was
-synchronous), nothing answers 500, and txmsg follows the new primary by itself.
+synchronous), nothing answers 500, and txmsg follows the new primary by itself: its
+retention too, which expires a topic aged by hand on the new primary.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
 import requests
+from sqlalchemy import text
 from txmsg_client import Consumer, Producer, ReceivedMessage, message
 
 from tests.acceptance.conftest import run_txmsg
 from tests.callbacks import CallbackServer, answer, wait_until
 from tests.faults.campaign import RECOVERY_SECONDS, Campaign, check_callback
 from tests.faults.load import Load, read_all, register
-from tests.ha.infra import PatroniCluster
+from tests.ha.infra import PatroniCluster, connect
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.timeout(600)]
 
 SOURCE, COPY = "orders", "orders-copy"
+# retention's topic: read by nothing else here, its messages aged by hand
+AGED = "aged"
 
 
 class Copier:
@@ -71,12 +76,43 @@ def read_topic(url: str, topic: str) -> list[dict[str, object]]:
         offset = page["next_offset"]
 
 
+def expire_aged_topic(url: str, primary_url: str, check: CallbackServer) -> None:
+    """Messages committed on AGED, the topic's retention set to 60 s and their commits
+    made an hour old on the primary: the check service's retention must expire them."""
+    started = time.monotonic()
+    producer = Producer(url, "aging")
+    producer.register([check.url], check_timeout_ms=1000)
+    producer.send([message(AGED, f"aged {i}") for i in range(3)], transaction_id="aged-1",
+                  check_immunity_seconds=3600)
+    offsets = [m["offset"] for m in producer.commit("aged-1")["messages"]]
+    r = requests.put(f"{url}/v1/topics/{AGED}", json={"retention_seconds": 60}, timeout=60)
+    assert r.status_code == 200, r.text
+    with connect(primary_url) as conn:
+        aged = conn.execute(text(
+            "UPDATE message_log SET committed_at = committed_at - interval '1 hour' "
+            "WHERE topic = :topic"), {"topic": AGED}).rowcount
+        conn.commit()
+    assert aged == len(offsets) == 3
+
+    def first_offset() -> int:
+        r = requests.get(f"{url}/v1/topics/{AGED}", timeout=60)
+        assert r.status_code == 200, r.text
+        return int(r.json()["first_offset"])
+
+    wait_until(lambda: first_offset() > max(offsets), timeout=RECOVERY_SECONDS,
+               what=f"retention to expire {AGED}'s offsets {offsets} on the new primary")
+    print(f"retention: {AGED} expired on the new primary {time.monotonic() - started:.1f} s "
+          "after its first send")
+
+
 def test_a_killed_primary_loses_no_acknowledged_commit(patroni: PatroniCluster,
                                                         tmp_path: Path) -> None:
     url = patroni.create_database("failover")
     migrated = run_txmsg(["migrate"], {"TXMSG_DATABASE_URL": url}, tmp_path)
     assert migrated.returncode == 0, migrated.stderr
     campaign = Campaign(patroni, url, tmp_path)  # type: ignore[arg-type]
+    # the checker's retention runs often enough to be seen after the failover
+    campaign.env.setdefault("TXMSG_RETENTION_INTERVAL_SECONDS", "1")
     callback = check_callback()
     copier_check = CallbackServer(answer("ROLLBACK"))
     copier: Copier | None = None
@@ -104,6 +140,8 @@ def test_a_killed_primary_loses_no_acknowledged_commit(patroni: PatroniCluster,
         wait_until(lambda: "commit notifications listener: connected again"
                    in served.log.read_text(), timeout=RECOVERY_SECONDS,
                    what="the listener to reconnect")
+        # and retention, in the checker, works on the new primary
+        expire_aged_topic(served.url, new.url("failover"), copier_check)
 
         outcome = campaign.finish(load, served.url)
         print(outcome)
