@@ -11,6 +11,7 @@ import orjson
 from sqlalchemy import Engine
 
 from app.domain.access import CONSUME, PRODUCE, UNRESTRICTED, Principal
+from app.domain.limits import offset_plus
 from app.errors import Forbidden, InvalidRequest, NotFound
 from app.storage import checks, log, topics, transactions
 from app.storage.schema import AnyRow
@@ -103,7 +104,8 @@ def read_topic(engine: Engine, topic: str, from_offset: int, limit: int,
     with engine.connect() as conn:
         first = topics.first_offset(conn, topic)
         from_offset = max(from_offset, first)
-        rows = log.read_page(conn, topic, from_offset, limit, max_bytes)
+        rows = log.read_page(conn, topic, from_offset, offset_plus(from_offset, limit),
+                             max_bytes)
     messages = [message_as_read(r) for r in rows]
     next_offset = rows[-1].queue_offset + 1 if rows else from_offset
     return {"topic": topic, "messages": messages, "next_offset": next_offset,
