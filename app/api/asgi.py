@@ -289,6 +289,9 @@ async def _answer(send: Send, scope: HTTPScope, status: int, data: bytes,
                      hot=quiet, client=client)
 
 
+_BEYOND_ANY_LIMIT = 1 << 64
+
+
 class _Head(NamedTuple):
     length: int | None  # the declared Content-Length, if one plain number
     streamed: bool  # a Transfer-Encoding
@@ -302,7 +305,9 @@ def _head(headers: Iterable[tuple[bytes, bytes]]) -> _Head:
         size += len(name) + len(value) + 4  # ": " and CRLF
         if name == b"content-length":
             lengths += 1
-            length = int(value) if value.isdigit() else None
+            # past 19 digits a length is beyond any limit (and int() refuses 4,300)
+            length = (int(value) if len(value) <= 19 else _BEYOND_ANY_LIMIT
+                      ) if value.isdigit() else None
         elif name == b"transfer-encoding":
             streamed = True
         elif name == b"x-request-id" and request_id is None:

@@ -203,3 +203,14 @@ def test_the_document_gives_every_body_route_its_413_and_a_401_before_the_body(
             else:
                 assert too_large.startswith("Body over a send's limit"), rule
     assert with_body >= 10
+
+
+@pytest.mark.parametrize("path", [SEND, ACK, "/v1/tokens"])
+def test_a_content_length_of_thousands_of_digits_is_413_not_a_crash(
+        front: AsgiClient, consumer: str, path: str) -> None:
+    """Python's int() refuses a number of over 4,300 digits: such a length is too large
+    for every route, like any other past its limit, and nothing of the body is read."""
+    r = front.request("POST", path, body=chunked(CHUNK), headers=[
+        ("content-length", "9" * 5000), bearer(ADMIN_TOKEN)])
+    assert_problem(r, 413, "payload_too_large")
+    assert r.pulled == 0
