@@ -221,3 +221,40 @@ def test_asgi_checker_app_verifies_signatures(checker: Any) -> None:
 
     asyncio.run(scenario())
 
+
+
+def test_asgi_checker_app_refuses_a_body_past_its_limit_unread() -> None:
+    """413 once the body passes ``max_body_bytes``: no further message is taken from the
+    server and the checker is not asked; a body within it is answered."""
+    seen: list[dict[str, Any]] = []
+
+    class Ledger:
+        def check(self, transaction: dict[str, Any]) -> Resolution:
+            seen.append(transaction)
+            return Resolution.COMMIT
+
+    app = asgi_checker_app(Ledger(), max_body_bytes=1000)
+
+    async def post(chunks: list[bytes]) -> tuple[int, dict[str, Any], int]:
+        pulled = 0
+        sent: list[Any] = []
+
+        async def receive() -> dict[str, Any]:
+            nonlocal pulled
+            pulled += 1
+            return {"type": "http.request", "body": chunks[pulled - 1],
+                    "more_body": pulled < len(chunks)}
+
+        async def send(message: Any) -> None:
+            sent.append(message)
+
+        await app({"type": "http", "method": "POST", "headers": []}, receive, send)
+        return sent[0]["status"], json.loads(sent[1]["body"]), pulled
+
+    status, problem, pulled = asyncio.run(post([b" " * 600] * 5))
+    assert (status, problem["code"], pulled) == (413, "payload_too_large", 2)
+    assert seen == []
+    body = json.dumps({"transaction_id": "paid"}).encode()
+    status, answer, _ = asyncio.run(post([body[:5], body[5:], b" " * (1000 - len(body))]))
+    assert (status, answer) == (200, {"resolution": "COMMIT"})
+    assert seen == [{"transaction_id": "paid"}]

@@ -161,3 +161,15 @@ def test_the_secret_may_be_set_once_known() -> None:
     with pytest.raises(EmptyWebhookSecretError):
         app.signing_secret = "whsec_"
     assert app.signing_secret == (SECRET,)
+
+
+def test_checker_app_refuses_a_body_past_its_limit() -> None:
+    ledger = Ledger()
+    client = Client(checker_app(ledger, max_body_bytes=1000))
+    r = client.post("/check", data=b" " * 1001, content_type="application/json")
+    assert r.status_code == 413 and r.json["code"] == "payload_too_large"
+    assert ledger.seen == []
+    body = json.dumps({"transaction_id": "paid"}).encode()
+    r = client.post("/check", data=body + b" " * (1000 - len(body)),
+                    content_type="application/json")
+    assert r.status_code == 200 and r.json == {"resolution": "COMMIT"}

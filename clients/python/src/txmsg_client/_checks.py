@@ -17,6 +17,9 @@ log = logging.getLogger("txmsg_client.callback")
 SIGNATURE_HEADERS = ("webhook-id", "webhook-timestamp", "webhook-signature")
 SigningSecrets = str | Iterable[str] | None
 Answer = tuple[int, str, bytes]  # status, content type, body
+# A check carries its transaction's messages with their bodies: the service's largest
+# send (TXMSG_MAX_CONTENT_LENGTH), base64 at worst; a body past this is not a check.
+MAX_CHECK_BYTES = 64 * 1024 * 1024
 
 
 class Verifier:
@@ -73,6 +76,10 @@ def checker_failed(transaction: Mapping[str, Any], exc: Exception) -> Answer:
     log.error("checker failed on transaction %s", transaction.get("transaction_id"),
               exc_info=exc)
     return problem(500, "checker_error", f"{type(exc).__name__}: {exc}")
+
+
+def too_large(limit: int) -> Answer:
+    return problem(413, "payload_too_large", f"a check body is at most {limit} bytes")
 
 
 def problem(status: int, code: str, detail: str) -> Answer:

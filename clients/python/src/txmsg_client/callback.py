@@ -17,10 +17,12 @@ import threading
 from typing import Any, Self
 
 try:
+    from werkzeug.exceptions import RequestEntityTooLarge
     from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
     from werkzeug.wrappers import Request, Response
 
     from txmsg_client._checks import (
+        MAX_CHECK_BYTES,
         SIGNATURE_HEADERS,
         Answer,
         SigningSecrets,
@@ -28,6 +30,7 @@ try:
         answer,
         checker_failed,
         read_check,
+        too_large,
     )
 except ImportError as exc:
     raise ImportError("txmsg_client.callback needs werkzeug and standardwebhooks: "
@@ -50,9 +53,11 @@ class CheckerApp:
     and asks the group's next URL).
     """
 
-    def __init__(self, checker: TransactionChecker, signing_secret: SigningSecrets = None) -> None:
+    def __init__(self, checker: TransactionChecker, signing_secret: SigningSecrets = None, *,
+                 max_body_bytes: int = MAX_CHECK_BYTES) -> None:
         self.checker = checker
         self._verifier = Verifier(signing_secret)
+        self.max_body_bytes = max_body_bytes  # past it: 413, the checker is not asked
 
     @property
     def signing_secret(self) -> tuple[str, ...]:
@@ -67,8 +72,12 @@ class CheckerApp:
 
     def _answer(self, request: Request) -> Response:
         headers = {name.lower(): value for name, value in request.headers.items()}
-        check = read_check(request.method, request.get_data(), headers, request.remote_addr,
-                           self._verifier)
+        request.max_content_length = self.max_body_bytes
+        try:
+            body = request.get_data()
+        except RequestEntityTooLarge:
+            return _response(too_large(self.max_body_bytes))
+        check = read_check(request.method, body, headers, request.remote_addr, self._verifier)
         if not isinstance(check, dict):
             return _response(check)
         try:
@@ -77,9 +86,10 @@ class CheckerApp:
             return _response(checker_failed(check, exc))
 
 
-def checker_app(checker: TransactionChecker, signing_secret: SigningSecrets = None) -> CheckerApp:
+def checker_app(checker: TransactionChecker, signing_secret: SigningSecrets = None, *,
+                max_body_bytes: int = MAX_CHECK_BYTES) -> CheckerApp:
     """``checker`` as a WSGI check callback app (see ``CheckerApp``)."""
-    return CheckerApp(checker, signing_secret)
+    return CheckerApp(checker, signing_secret, max_body_bytes=max_body_bytes)
 
 
 def _response(done: Answer) -> Response:

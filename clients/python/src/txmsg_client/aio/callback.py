@@ -9,12 +9,14 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any, Protocol
 
 from txmsg_client._checks import (
+    MAX_CHECK_BYTES,
     Answer,
     SigningSecrets,
     Verifier,
     answer,
     checker_failed,
     read_check,
+    too_large,
 )
 from txmsg_client.resolution import Resolution, TransactionChecker
 
@@ -36,9 +38,11 @@ class AsgiCheckerApp:
     so that its database waits do not stop the event loop."""
 
     def __init__(self, checker: TransactionChecker | AsyncTransactionChecker,
-                 signing_secret: SigningSecrets = None) -> None:
+                 signing_secret: SigningSecrets = None, *,
+                 max_body_bytes: int = MAX_CHECK_BYTES) -> None:
         self.checker = checker
         self._verifier = Verifier(signing_secret)
+        self.max_body_bytes = max_body_bytes  # past it: 413, the checker is not asked
 
     @property
     def signing_secret(self) -> tuple[str, ...]:
@@ -54,15 +58,11 @@ class AsgiCheckerApp:
             return
         if scope["type"] != "http":
             raise ValueError(f"the check callback serves HTTP, not {scope['type']}")
-        body = b""
-        while True:
-            event = await receive()
-            body += event.get("body", b"")
-            if not event.get("more_body"):
-                break
         headers = {k.decode("latin-1").lower(): v.decode("latin-1")
                    for k, v in scope.get("headers", [])}
-        check = read_check(scope["method"], body, headers, scope.get("client"), self._verifier)
+        body = await _read_body(receive, self.max_body_bytes)
+        check = (too_large(self.max_body_bytes) if body is None else
+                 read_check(scope["method"], body, headers, scope.get("client"), self._verifier))
         if isinstance(check, dict):
             check = await self._answer(check)
         status, content_type, payload = check
@@ -82,6 +82,21 @@ class AsgiCheckerApp:
             return checker_failed(transaction, exc)
 
 
+async def _read_body(receive: Receive, limit: int) -> bytes | None:
+    """The request's body, or None once it passes ``limit`` bytes (read no further)."""
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        event = await receive()
+        chunk = event.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
+        if not event.get("more_body"):
+            return b"".join(chunks)
+
+
 async def _lifespan(receive: Receive, send: Send) -> None:
     while True:
         event = await receive()
@@ -93,6 +108,7 @@ async def _lifespan(receive: Receive, send: Send) -> None:
 
 
 def asgi_checker_app(checker: TransactionChecker | AsyncTransactionChecker,
-                     signing_secret: SigningSecrets = None) -> AsgiCheckerApp:
+                     signing_secret: SigningSecrets = None, *,
+                     max_body_bytes: int = MAX_CHECK_BYTES) -> AsgiCheckerApp:
     """``checker`` (``check`` plain or a coroutine) as an ASGI check callback app."""
-    return AsgiCheckerApp(checker, signing_secret)
+    return AsgiCheckerApp(checker, signing_secret, max_body_bytes=max_body_bytes)
