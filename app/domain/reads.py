@@ -14,6 +14,7 @@ from app.domain.access import CONSUME, PRODUCE, UNRESTRICTED, Principal
 from app.domain.limits import offset_plus
 from app.errors import Forbidden, InvalidRequest, NotFound
 from app.storage import checks, log, topics, transactions
+from app.storage.db import read_connection
 from app.storage.schema import AnyRow
 from app.vocabulary import State
 
@@ -64,7 +65,7 @@ def get_transaction(engine: Engine, group: str, transaction_id: str, *,
                     with_checks: bool = False) -> dict[str, Any]:
     """One transaction and its messages; ``with_checks``: its check history too, oldest
     first (``checks``: number, time, URL, result, detail)."""
-    with engine.connect() as conn:
+    with read_connection(engine) as conn:
         row = transactions.get_txn(conn, group, transaction_id)
         if row is None:
             raise NotFound(f"no transaction {transaction_id!r} in producer group {group!r}",
@@ -89,7 +90,7 @@ def list_transactions(engine: Engine, group: str | None, state: str | None, afte
         raise InvalidRequest(f"state must be one of {', '.join(State)}",
                              code="invalid_query_parameter", parameter="state")
     wanted = State(state) if state is not None else None
-    with engine.connect() as conn:
+    with read_connection(engine) as conn:
         rows = transactions.list_txns(conn, group, wanted, after, limit)
     items = [{k: v for k, v in _transaction(r, [], {}).items() if k != "messages"} for r in rows]
     return {"producer_group": group, "transactions": items,
@@ -101,7 +102,7 @@ def read_topic(engine: Engine, topic: str, from_offset: int, limit: int,
     """A page of committed messages: at most ``limit`` and ``max_bytes`` of bodies (but
     at least one message); the next page starts at ``next_offset``. Below the retained
     range it starts at ``first_offset``."""
-    with engine.connect() as conn:
+    with read_connection(engine) as conn:
         first = topics.first_offset(conn, topic)
         from_offset = max(from_offset, first)
         rows = log.read_page(conn, topic, from_offset, offset_plus(from_offset, limit),
@@ -115,7 +116,7 @@ def read_topic(engine: Engine, topic: str, from_offset: int, limit: int,
 def list_topics(engine: Engine, after: str, limit: int,
                 only: Collection[str] | None = None) -> dict[str, Any]:
     """Topics by name; only those in ``only`` (the ones a token may consume) unless None."""
-    with engine.connect() as conn:
+    with read_connection(engine) as conn:
         rows = topics.list_topics(conn, after, limit, only)
     return {"topics": [{"topic": r.topic, "next_offset": r.next_offset} for r in rows],
             "next_after": rows[-1].topic if len(rows) == limit else None}
@@ -143,7 +144,7 @@ def check_may_read(principal: Principal, message: Mapping[str, Any], message_id:
 def get_message(engine: Engine, message_id: str,
                 principal: Principal = UNRESTRICTED) -> dict[str, Any]:
     """One message as ``principal`` may see it (``check_may_read``)."""
-    with engine.connect() as conn:
+    with read_connection(engine) as conn:
         row = log.get_message(conn, message_id)
     if row is None:
         raise message_not_found(message_id)
@@ -167,7 +168,7 @@ class PreparedBacklog(NamedTuple):
 
 def prepared_backlog(engine: Engine) -> PreparedBacklog:
     """What /metrics shows of the unresolved transactions, read at scrape time."""
-    with engine.connect() as conn:
+    with read_connection(engine) as conn:
         messages, oldest = transactions.prepared_backlog(conn)
     age = 0.0 if oldest is None else max(0.0, (datetime.now(UTC) - oldest).total_seconds())
     return PreparedBacklog(messages, age)

@@ -55,12 +55,17 @@ _PUBLISHED = (half_message.c.id.label("m_id"), half_message.c.message_id.label("
 
 
 @functools.cache
-def _lock_txns_stmt(pg: bool) -> AnySelect:
+def _lock_txns_stmt(pg: bool, one: bool = False) -> AnySelect:
+    """``one``: the statement of a lone transaction, by key (half the planning time of
+    the join to the keys' arrays, which PostgreSQL plans anew for each batch)."""
     stmt = select(*TXN_COLUMNS, *_PUBLISHED)
     joined = txn.join(KEYS, and_(txn.c.producer_group == KEYS.c.g,
-                                 txn.c.transaction_id == KEYS.c.x)) if pg else txn
+                                 txn.c.transaction_id == KEYS.c.x)) if pg and not one else txn
     stmt = (stmt.select_from(joined.outerjoin(half_message, half_message.c.txn_id == txn.c.id))
             .order_by(txn.c.id, half_message.c.seq))
+    if one:
+        stmt = stmt.where(txn.c.producer_group == bindparam("k_group"),
+                          txn.c.transaction_id == bindparam("k_id"))
     return stmt.with_for_update(of=txn) if pg else stmt
 
 
@@ -73,7 +78,10 @@ def lock_txns(conn: Connection, keys: Iterable[Key]
     keys = sorted(set(keys))
     if not keys:
         return {}, {}
-    if is_pg(conn):
+    if is_pg(conn) and len(keys) == 1:
+        result = conn.execute(_lock_txns_stmt(True, one=True),
+                              {"k_group": keys[0][0], "k_id": keys[0][1]})
+    elif is_pg(conn):
         result = conn.execute(_lock_txns_stmt(True), key_params(keys))
     else:
         result = conn.execute(_lock_txns_stmt(False).where(
