@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import requests
 from conftest import Service
-from txmsg_client import Consumer, Producer, ReceivedMessage, message
+from txmsg_client import Consumer, Producer, ReceivedMessage, TxmsgError, message
 
 
 @pytest.fixture
@@ -121,3 +121,33 @@ def test_a_refused_transaction_gives_its_inputs_back(
     assert [e.code for e in result.errors] == ["ack_not_pending"]  # type: ignore[attr-defined]
     assert published(producer, topic) == Counter()
     assert [m.offset for m in consumer.receive(max_messages=1)] == [1]
+
+
+class RefusedForItsAcks(Producer):
+    """A commit the service refuses for its acks (a late commit whose inputs were
+    acknowledged, or taken by another transaction, after a check discarded it)."""
+
+    def __init__(self, *args: Any, code: str, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.code = code
+        self.committing: list[str] = []
+
+    def commit(self, transaction_id: str) -> dict[str, Any]:
+        self.committing.append(transaction_id)
+        raise TxmsgError(409, self.code, "its acks were taken meanwhile")
+
+
+@pytest.mark.parametrize("code", ["ack_not_pending", "ack_conflict"])
+def test_a_commit_refused_for_its_acks_is_rolled_back(
+        service: Service, consumer: Consumer, producer: Producer, topic: str,
+        code: str) -> None:
+    """The transaction is left unresolved by such a refusal: the consumer rolls it back
+    (not left to the checks, holding nothing it could commit) and gives its inputs back."""
+    refused = RefusedForItsAcks(service.url, "sdk-relay", code=code)
+    result = consumer.handle(consumer.receive(max_messages=3), doubled(topic), producer=refused)
+    assert [e.code for e in result.errors] == [code]  # type: ignore[attr-defined]
+    assert result.acked == [] and result.released == [0, 1, 2]
+    (txid,) = set(refused.committing)
+    assert producer.get(txid)["state"] == "ROLLED_BACK"
+    run_until_idle(consumer, doubled(topic), producer)
+    assert published(producer, topic) == Counter({"0": 1, "1": 1, "2": 1, "3": 1})
