@@ -184,7 +184,7 @@ def apply_finishes(conn: Connection, cmds: Sequence[FinishCmd]) -> list[FinishRe
          "check_times": c.check_times if c.check_times is not None else r.check_times,
          "created_at": now}
         for c, r in applied
-    ], list(changes.values()))
+    ], list(changes.values()), now)
     published: dict[tuple[int, Op], list[dict[str, Any]]] = {
         key: [{"message_id": m, "topic": t, "offset": first[t] + rel} for m, t, rel in entries]
         for key, entries in placed.items()}
@@ -248,8 +248,9 @@ def _publish(to_publish: list[tuple[FinishCmd, Any]], messages: dict[int, list[A
                              PRODUCER_GROUP=row.producer_group,
                              CHECK_TIMES=str(cmd.check_times or row.check_times))
                 properties = orjson.dumps(props).decode()
-            log_row = {"topic": topic, "rel": rel, "half_message_id": m.id,
-                       "properties": properties, "committed_at": now}
+            log_row: dict[str, Any] = {"topic": topic, "rel": rel, "half_message_id": m.id}
+            if properties is not None:
+                log_row["properties"] = properties
             if cmd.op is Op.COMMIT and (m.deliver_at is not None
                                         or m.deliver_after_ms is not None):
                 log_row["deliver_at"] = deliver_at(m.deliver_after_ms, m.deliver_at, now)

@@ -111,15 +111,17 @@ _UPDATE_STATE = (
 
 def record_finishes(conn: Connection, counts: Mapping[str, int],
                     log_rows: Sequence[Mapping[str, Any]], op_rows: Sequence[Mapping[str, Any]],
-                    state_rows: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+                    state_rows: Sequence[Mapping[str, Any]], committed_at: datetime
+                    ) -> dict[str, int]:
     """Write what a batch of finishes decided, in the caller's transaction; the first
     offset of each topic's range.
 
     ``counts[topic]`` consecutive offsets are taken from each topic's counter, and each
-    committed log row (topic, rel, half_message_id, properties, committed_at, and
-    deliver_at if delayed) is stored at offset first + rel. Then the op log rows, and each transaction's new state (rows of
-    id, state, resolved_at, check_times, next_check_at; the lease is cleared). On
-    PostgreSQL all of it is one statement.
+    committed log row (topic, rel, half_message_id, and properties and deliver_at when
+    not NULL) is stored at offset first + rel, committed at ``committed_at``. Then the op
+    log rows, and each transaction's new state (rows of id, state, resolved_at,
+    check_times, next_check_at; the lease is cleared). On PostgreSQL all of it is one
+    statement.
 
     A counter row stays locked until the transaction ends, so a later range of a topic
     can only commit after every earlier one: readers never see a gap. Topics are locked
@@ -130,7 +132,7 @@ def record_finishes(conn: Connection, counts: Mapping[str, int],
     if is_pg(conn):
         reserved = conn.execute(_record_finishes_stmt(), {
             **_FINISH_RANGES.param({"topic": t, "n": n} for t, n in counts.items()),
-            **_FINISH_LOG.param({**r, "n": counts[r["topic"]]} for r in log_rows),
+            **_FINISH_LOG.param(log_rows), "l_committed_at": committed_at,
             **_FINISH_OPS.param(op_rows), **_FINISH_STATES.param(state_rows),
             "txn_ids": [r["id"] for r in state_rows]})
         return {r.topic: r.next_offset - counts[r.topic] for r in reserved}
@@ -141,8 +143,8 @@ def record_finishes(conn: Connection, counts: Mapping[str, int],
                                                               "r_n": n}).scalar_one() - n
     insert_rows(conn, message_log, [
         {"topic": r["topic"], "queue_offset": first[r["topic"]] + r["rel"],
-         "half_message_id": r["half_message_id"], "properties": r["properties"],
-         "committed_at": r["committed_at"], "deliver_at": r.get("deliver_at")}
+         "half_message_id": r["half_message_id"], "properties": r.get("properties"),
+         "committed_at": committed_at, "deliver_at": r.get("deliver_at")}
         for r in log_rows])
     insert_rows(conn, op_log, op_rows)
     conn.execute(_UPDATE_STATE, [{f"b_{k}": v for k, v in r.items()} for r in state_rows])
@@ -161,9 +163,8 @@ def _reserve_offsets_stmt() -> Any:
 
 _OP_COLUMNS = ("txn_id", "op", "source", "check_times", "created_at")
 _FINISH_RANGES = JsonRows("r", [topic_offset.c.topic, Column("n", BigInteger)])
-_FINISH_LOG = JsonRows("l", [message_log.c.topic, Column("n", BigInteger),
-                              Column("rel", BigInteger), message_log.c.half_message_id,
-                              message_log.c.properties, message_log.c.committed_at,
+_FINISH_LOG = JsonRows("l", [message_log.c.topic, Column("rel", BigInteger),
+                              message_log.c.half_message_id, message_log.c.properties,
                               message_log.c.deliver_at])
 _FINISH_OPS = JsonRows("o", [op_log.c[n] for n in _OP_COLUMNS])
 _FINISH_STATES = JsonRows("u", [txn.c[n] for n in _STATE_COLUMNS])
@@ -181,10 +182,12 @@ def _record_finishes_stmt() -> Any:
     logged = insert(message_log).from_select(
         ["topic", "queue_offset", "half_message_id", "properties", "committed_at",
          "deliver_at"],
-        select(lg.col("topic"), reserved.c.next_offset - lg.col("n") + lg.col("rel"),
-               lg.col("half_message_id"), lg.col("properties"), lg.col("committed_at"),
+        select(lg.col("topic"), reserved.c.next_offset - r.col("n") + lg.col("rel"),
+               lg.col("half_message_id"), lg.col("properties"),
+               bindparam("l_committed_at", type_=message_log.c.committed_at.type),
                lg.col("deliver_at"))
-        .join_from(lg.table, reserved, reserved.c.topic == lg.col("topic"))).cte("logged")
+        .join_from(lg.table, reserved, reserved.c.topic == lg.col("topic"))
+        .join(r.table, r.col("topic") == lg.col("topic"))).cte("logged")
     opped = insert(op_log).from_select(
         list(_OP_COLUMNS), select(*(_FINISH_OPS.col(n) for n in _OP_COLUMNS))).cte("opped")
     u = _FINISH_STATES
