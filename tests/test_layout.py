@@ -52,3 +52,21 @@ from tests.fuzz import check_problem
         ".test_client.x",
         ".test_messages",
     ]
+
+
+# unit tests of project files, not of a module: the compose file and the deploy/ configs
+PROJECT_FILE_TESTS = {"test_compose.py", "test_deploy.py"}
+
+
+def test_unit_tests_mirror_the_tree() -> None:
+    """``tests/unit/<package>/test_<module>.py`` tests ``app/<package>/<module>.py`` (and
+    ``tests/unit/test_<module>.py`` a module of ``app`` itself): a maintainer finds a
+    module's unit tests where the module is, and a test left behind by a move fails here."""
+    app = TESTS.parent / "app"
+    unit = TESTS / "unit"
+    strays = [str(path.relative_to(unit)) for path in sorted(unit.rglob("test_*.py"))
+              if path.name not in PROJECT_FILE_TESTS
+              and not (app / path.relative_to(unit).parent
+                       / f"{path.stem.removeprefix('test_')}.py").is_file()]
+    assert strays == []
+    assert {p.name for p in unit.glob("test_*.py")} >= PROJECT_FILE_TESTS

@@ -108,7 +108,7 @@ def add_leased(conn: Connection, sub_id: int, offsets: Sequence[int], until: dat
 # deliver again or dead-letter, nothing expired), whose first deliveries are leased until
 # now + the ack timeout (``leasing.lease_until``), deliverable again after the backoff of
 # redelivery count 0 (``leasing.redeliverable_at``), which is LEAST(min_ms, max_ms)
-# (``leasing.backoff_ms``; tests/unit/test_leasing.py holds the two to each other)
+# (``leasing.backoff_ms``; tests/unit/domain/test_leasing.py holds the two to each other)
 _FIRST_DELIVERIES = text("""
 WITH sub AS (
     SELECT id, read_offset, ack_cursor, ack_timeout_ms, backoff_min_ms, backoff_max_ms,
