@@ -19,6 +19,26 @@ def drop_statistics(conn: Connection, *tables: str) -> None:
         conn.execute(text(f"DELETE FROM pg_statistic WHERE starelid = '{table}'::regclass"))
 
 
+def committed_backlog(conn: Connection, topic: str, n: int) -> None:
+    """``n`` committed messages of 100 bytes at offsets 0..n-1 of ``topic`` (one
+    transaction), written in SQL, in tables left without statistics."""
+    drop_statistics(conn, "message_log", "half_message", "txn")
+    conn.execute(text(
+        "INSERT INTO txn (producer_group, transaction_id, state, fingerprint,"
+        " message_count, check_immunity_seconds, check_times, next_check_at,"
+        " created_at, resolved_at)"
+        " VALUES ('g', 't', 'COMMITTED', 'f', :n, 0, 0, now(), now(), now())"), {"n": n})
+    conn.execute(text(
+        "INSERT INTO half_message (message_id, txn_id, seq, topic, keys, properties,"
+        " body, body_is_text, created_at)"
+        " SELECT 'm' || i, (SELECT max(id) FROM txn), i, :t, '[]', '{}',"
+        " convert_to(repeat('x', 100), 'UTF8'), true, now()"
+        " FROM generate_series(0, :n - 1) AS i"), {"t": topic, "n": n})
+    conn.execute(text(
+        "INSERT INTO message_log (topic, queue_offset, half_message_id, committed_at)"
+        " SELECT topic, seq, id, now() FROM half_message WHERE topic = :t"), {"t": topic})
+
+
 def most_rows(node: dict[str, Any]) -> int:
     """The most rows any node of a plan produced (over all its loops)."""
     own = int(node["Actual Rows"]) * int(node.get("Actual Loops", 1))

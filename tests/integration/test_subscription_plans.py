@@ -21,7 +21,7 @@ from app.storage import subscription_acks as acks
 from app.storage import subscription_leases as store
 from app.storage.db import make_engine
 from tests.conftest import make_settings
-from tests.plans import drop_statistics, indexes_used, most_rows
+from tests.plans import committed_backlog, drop_statistics, indexes_used, most_rows
 
 TOPIC = "plans"
 BACKLOG = 20_000
@@ -31,23 +31,7 @@ def test_scan_reads_only_its_window_without_statistics(postgres_url: str) -> Non
     engine = make_engine(make_settings(postgres_url))
     try:
         with engine.begin() as conn:
-            drop_statistics(conn, "message_log", "half_message", "txn")
-            conn.execute(text(
-                "INSERT INTO txn (producer_group, transaction_id, state, fingerprint,"
-                " message_count, check_immunity_seconds, check_times, next_check_at,"
-                " created_at, resolved_at)"
-                " VALUES ('g', 't', 'COMMITTED', 'f', :n, 0, 0, now(), now(), now())"),
-                {"n": BACKLOG})
-            conn.execute(text(
-                "INSERT INTO half_message (message_id, txn_id, seq, topic, keys, properties,"
-                " body, body_is_text, created_at)"
-                " SELECT 'm' || i, (SELECT max(id) FROM txn), i, :t, '[]', '{}',"
-                " convert_to(repeat('x', 100), 'UTF8'), true, now()"
-                " FROM generate_series(0, :n - 1) AS i"), {"t": TOPIC, "n": BACKLOG})
-            conn.execute(text(
-                "INSERT INTO message_log (topic, queue_offset, half_message_id, committed_at)"
-                " SELECT topic, seq, id, now() FROM half_message WHERE topic = :t"),
-                {"t": TOPIC})
+            committed_backlog(conn, TOPIC, BACKLOG)
         with engine.connect() as conn:
             rows = store.scan(conn, TOPIC, 5_000, 5_100)
             assert [r.queue_offset for r in rows] == list(range(5_000, 5_100))
