@@ -5,22 +5,27 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
+import orjson
 from sqlalchemy import (
     BigInteger,
     Column,
     Connection,
+    Text,
     and_,
     any_,
     bindparam,
+    cast,
+    func,
     insert,
     select,
     tuple_,
     update,
 )
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.dialects.postgresql import aggregate_order_by
 
 from app.storage.bulk import KEYS, TXN_IDS, JsonRows, Key, insert_rows, is_pg, key_params
 from app.storage.schema import (
@@ -47,26 +52,35 @@ class Published(NamedTuple):
     deliver_at: datetime | None
 
 
-_PUBLISHED = (half_message.c.id.label("m_id"), half_message.c.message_id.label("m_message_id"),
-              half_message.c.topic.label("m_topic"),
-              half_message.c.properties.label("m_properties"),
-              half_message.c.deliver_after_ms.label("m_deliver_after_ms"),
-              half_message.c.deliver_at.label("m_deliver_at"))
+_PUBLISHED = (half_message.c.id, half_message.c.message_id, half_message.c.topic,
+              half_message.c.properties, half_message.c.deliver_after_ms,
+              half_message.c.deliver_at)
 
 
 @functools.cache
 def _lock_txns_stmt(pg: bool, one: bool = False) -> AnySelect:
     """``one``: the statement of a lone transaction, by key (half the planning time of
-    the join to the keys' arrays, which PostgreSQL plans anew for each batch)."""
-    stmt = select(*TXN_COLUMNS, *_PUBLISHED)
-    joined = txn.join(KEYS, and_(txn.c.producer_group == KEYS.c.g,
-                                 txn.c.transaction_id == KEYS.c.x)) if pg and not one else txn
-    stmt = (stmt.select_from(joined.outerjoin(half_message, half_message.c.txn_id == txn.c.id))
-            .order_by(txn.c.id, half_message.c.seq))
+    the join to the keys' arrays, which PostgreSQL plans anew for each batch).
+
+    On PostgreSQL each transaction is one row, its messages one JSON array (``m``):
+    joined, each message's row repeated the transaction's columns, and a batch of large
+    transactions cost more to decode than to lock. SQLite joins them.
+    """
+    if not pg:
+        return (select(*TXN_COLUMNS, *(c.label(f"m_{c.name}") for c in _PUBLISHED))
+                .select_from(txn.outerjoin(half_message, half_message.c.txn_id == txn.c.id))
+                .order_by(txn.c.id, half_message.c.seq))
+    messages = (select(cast(func.json_agg(aggregate_order_by(
+                    func.json_build_array(*_PUBLISHED), half_message.c.seq)), Text))
+                .where(half_message.c.txn_id == txn.c.id).scalar_subquery())
+    stmt = select(*TXN_COLUMNS, messages.label("m")).order_by(txn.c.id)
     if one:
         stmt = stmt.where(txn.c.producer_group == bindparam("k_group"),
                           txn.c.transaction_id == bindparam("k_id"))
-    return stmt.with_for_update(of=txn) if pg else stmt
+    else:
+        stmt = stmt.select_from(txn.join(KEYS, and_(txn.c.producer_group == KEYS.c.g,
+                                                    txn.c.transaction_id == KEYS.c.x)))
+    return stmt.with_for_update(of=txn)
 
 
 def lock_txns(conn: Connection, keys: Iterable[Key]
@@ -78,17 +92,35 @@ def lock_txns(conn: Connection, keys: Iterable[Key]
     keys = sorted(set(keys))
     if not keys:
         return {}, {}
-    if is_pg(conn) and len(keys) == 1:
+    if not is_pg(conn):
+        return _joined(conn.execute(_lock_txns_stmt(False).where(
+            tuple_(txn.c.producer_group, txn.c.transaction_id).in_(keys))).all())
+    if len(keys) == 1:
         result = conn.execute(_lock_txns_stmt(True, one=True),
                               {"k_group": keys[0][0], "k_id": keys[0][1]})
-    elif is_pg(conn):
-        result = conn.execute(_lock_txns_stmt(True), key_params(keys))
     else:
-        result = conn.execute(_lock_txns_stmt(False).where(
-            tuple_(txn.c.producer_group, txn.c.transaction_id).in_(keys)))
+        result = conn.execute(_lock_txns_stmt(True), key_params(keys))
     rows: dict[Key, AnyRow] = {}
     messages: dict[int, list[Published]] = {}
-    for r in result.all():  # one fetch, not one per row
+    for r in result.all():
+        rows[(r.producer_group, r.transaction_id)] = r
+        messages[r.id] = [Published(r.id, m_id, message_id, topic, properties, after_ms,
+                                    None if at is None else _utc(at))
+                          for m_id, message_id, topic, properties, after_ms, at
+                          in (orjson.loads(r.m) if r.m is not None else ())]
+    return rows, messages
+
+
+def _utc(iso: str) -> datetime:
+    """A timestamp as PostgreSQL writes it in JSON (ISO 8601, the session's offset)."""
+    return datetime.fromisoformat(iso).astimezone(UTC)
+
+
+def _joined(result: Sequence[AnyRow]) -> tuple[dict[Key, AnyRow], dict[int, list[Published]]]:
+    """The transactions and messages of SQLite's join: a row per message."""
+    rows: dict[Key, AnyRow] = {}
+    messages: dict[int, list[Published]] = {}
+    for r in result:
         key = (r.producer_group, r.transaction_id)
         if key not in rows:
             rows[key] = r
