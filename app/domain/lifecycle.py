@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 from collections import Counter as Tally
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -21,7 +21,7 @@ from app import metrics, tracing
 from app.config import Settings
 from app.domain import spans, states, subscriptions
 from app.domain.callback_policy import CallbackPolicy
-from app.domain.messages import TransactionIn
+from app.domain.messages import MessageIn, TransactionIn
 from app.domain.names import DISCARD_TOPIC, new_message_id
 from app.domain.states import Outcome
 from app.domain.trace_context import TraceContext
@@ -33,6 +33,13 @@ from app.storage.transactions import NewTransaction
 from app.storage.writer import GroupCommitWriter
 from app.vocabulary import RESOLVED, Op, State
 
+# A send of this many messages has its rows and its answer's list built by its handler,
+# while the writer is busy with the batch ahead: the writer, which every send of a batch
+# waits for, is the bottleneck of large sends. A smaller send leaves them to the writer,
+# as the event loop, busier than the writer under many small sends, is then the one to
+# spare (measured: docs/performance.md, "Large sends").
+_BUILT_AHEAD = 8
+
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
@@ -40,11 +47,28 @@ def utcnow() -> datetime:
 
 @dataclass(frozen=True)
 class SendCmd:
+    """A send as its request's handler prepares it: the writer of its batch, which every
+    send of the batch waits for, then has little left to do per message."""
+
     group: str
     request: TransactionIn
     transaction_id: str
     fingerprint: str
     first_check_delay: float
+    message_ids: list[str]  # if the send is new (a retried one answers with its first ids)
+    encoded: bytes | None = None  # its messages' rows (``transactions.encoded_messages``)
+    listed: list[dict[str, str]] | None = None  # its messages as its answer lists them
+
+    def answer_messages(self) -> list[dict[str, str]]:
+        if self.listed is not None:
+            return self.listed
+        return listed(self.message_ids, self.request.messages)
+
+
+def listed(message_ids: Sequence[str], messages: Sequence[MessageIn]) -> list[dict[str, str]]:
+    """Messages as a send's answer lists them."""
+    return [{"message_id": i, "topic": m.topic}
+            for i, m in zip(message_ids, messages, strict=True)]
 
 
 @dataclass(frozen=True)
@@ -80,17 +104,16 @@ def apply_sends(conn: Connection, cmds: Sequence[SendCmd]) -> list[SendResult | 
     """
     now = utcnow()
     new: list[NewTransaction] = []
-    first_of: dict[tuple[str, str], int] = {}  # key -> index in new
+    first_of: dict[tuple[str, str], SendCmd] = {}
     for cmd in cmds:
         key = (cmd.group, cmd.transaction_id)
         if key in first_of:
             continue
-        first_of[key] = len(new)
-        messages = cmd.request.messages
+        first_of[key] = cmd
         new.append(NewTransaction(
             cmd.group, cmd.transaction_id, cmd.fingerprint, cmd.request.check_url,
             cmd.request.check_immunity_seconds, now + timedelta(seconds=cmd.first_check_delay),
-            now, messages, [new_message_id() for _ in messages]))
+            now, cmd.request.messages, cmd.message_ids, cmd.encoded))
     inserted = transactions.store_sends(conn, new)
     # the rare path: a key not stored is either taken (a retry) or its group unregistered
     left = [key for key in first_of if key not in inserted]
@@ -109,38 +132,37 @@ def apply_sends(conn: Connection, cmds: Sequence[SendCmd]) -> list[SendResult | 
                 f"producer group {cmd.group!r} has no check callback registration; "
                 f"PUT /v1/producer-groups/{cmd.group} first"))
         elif row is not None:  # the id is taken: a retried send
-            out.append(_retried_send(cmd, row.fingerprint, row.created_at,
-                                     [(m.message_id, m.topic) for m in existing_messages[row.id]],
-                                     State(row.state)))
+            out.append(_retried_send(cmd, row.fingerprint, row.created_at, [
+                {"message_id": m.message_id, "topic": m.topic}
+                for m in existing_messages[row.id]], State(row.state)))
         else:
-            first = new[first_of[key]]
-            ids = [(i, m.topic) for i, m in zip(first.message_ids, first.messages, strict=True)]
+            first = first_of[key]
             if key in answered:  # the same id twice in one batch: the second is a retry
-                out.append(_retried_send(cmd, first.fingerprint, first.created_at, ids,
-                                         State.PREPARED))
+                out.append(_retried_send(cmd, first.fingerprint, now,
+                                         first.answer_messages(), State.PREPARED))
             else:
                 answered.add(key)
-                out.append(SendResult(_send_body(cmd.group, cmd.transaction_id,
-                                                 first.created_at, ids), created=True))
+                out.append(SendResult(_send_body(cmd.group, cmd.transaction_id, now,
+                                                 cmd.answer_messages()), created=True))
     return out
 
 
 def _retried_send(cmd: SendCmd, fingerprint: str, created_at: datetime,
-                  ids: list[tuple[str, str]], state: State) -> SendResult | ApiError:
+                  messages: list[dict[str, str]], state: State) -> SendResult | ApiError:
     """A send whose transaction id is taken: the same answer again (with the state it has
     now), or a conflict if the messages differ."""
     if fingerprint != cmd.fingerprint:
         return Conflict(f"transaction {cmd.transaction_id!r} was already sent with "
                         "different messages", code="transaction_id_conflict")
-    return SendResult(_send_body(cmd.group, cmd.transaction_id, created_at, ids, state),
+    return SendResult(_send_body(cmd.group, cmd.transaction_id, created_at, messages, state),
                       created=False)
 
 
 def _send_body(group: str, transaction_id: str, created_at: datetime,
-               ids: list[tuple[str, str]], state: State = State.PREPARED) -> dict[str, Any]:
+               messages: list[dict[str, str]], state: State = State.PREPARED
+               ) -> dict[str, Any]:
     return {"transaction_id": transaction_id, "producer_group": group,
-            "state": state.value, "created_at": created_at,
-            "messages": [{"message_id": i, "topic": t} for i, t in ids]}
+            "state": state.value, "created_at": created_at, "messages": messages}
 
 
 def apply_finishes(conn: Connection, cmds: Sequence[FinishCmd]) -> list[FinishResult | ApiError]:
@@ -360,8 +382,14 @@ class Lifecycle:
 
     def _send_cmd(self, group: str, request: TransactionIn) -> SendCmd:
         delay = max(self.settings.transaction_timeout_seconds, request.check_immunity_seconds)
-        return SendCmd(group, request, request.transaction_id or new_message_id(),
-                       request.fingerprint(), delay)
+        transaction_id = request.transaction_id or new_message_id()
+        ids = [new_message_id() for _ in request.messages]
+        cmd = SendCmd(group, request, transaction_id, request.fingerprint(), delay, ids)
+        if len(ids) < _BUILT_AHEAD:
+            return cmd
+        return replace(cmd, encoded=transactions.encoded_messages(
+            self.engine.dialect.name, group, transaction_id, request.messages, ids),
+            listed=listed(ids, request.messages))
 
     @staticmethod
     def _sent(request: TransactionIn, result: SendResult) -> SendResult:

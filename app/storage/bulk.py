@@ -95,6 +95,16 @@ class JsonRows:
         rows = rows if isinstance(rows, list) else list(rows)
         return {self.alias: Json(orjson.dumps(rows, default=_base64), dumps=_as_is)}
 
+    @staticmethod
+    def encode(rows: Sequence[Mapping[str, Any]]) -> bytes:
+        """Rows encoded ahead, to be passed with others by ``joined``."""
+        return orjson.dumps(rows, default=_base64)
+
+    def joined(self, parts: Iterable[bytes]) -> dict[str, Json]:
+        """The parameter of the rows of several ``encode`` results, in order."""
+        items = [p[1:-1] for p in parts if len(p) > 2]  # each a JSON array: its items
+        return {self.alias: Json(b"[" + b",".join(items) + b"]", dumps=_as_is)}
+
 
 def _as_is(data: bytes) -> bytes:
     return data

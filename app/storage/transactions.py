@@ -170,6 +170,8 @@ class NewTransaction(NamedTuple):
     created_at: datetime
     messages: Sequence[OutgoingMessage]
     message_ids: Sequence[str]
+    # its half_message rows as ``encoded_messages`` gave them (None: built when stored)
+    encoded: bytes | None = None
 
 
 def sends_are_one_statement(dialect_name: str) -> bool:
@@ -200,9 +202,28 @@ def store_sends(conn: Connection, sends: Sequence[NewTransaction]) -> dict[Key, 
     for s in kept:
         txn_id = inserted.get((s.group, s.transaction_id))
         if txn_id is not None:
-            message_rows.extend(_message_rows(s, {"txn_id": txn_id}))
+            message_rows.extend(_message_rows(s.messages, s.message_ids,
+                                              {"txn_id": txn_id, "created_at": s.created_at}))
     insert_rows(conn, half_message, message_rows)
     return inserted
+
+
+def encoded_messages(dialect_name: str, group: str, transaction_id: str,
+                     messages: Sequence[OutgoingMessage], message_ids: Sequence[str]
+                     ) -> bytes | None:
+    """A send's half_message rows as ``store_sends`` hands them to PostgreSQL (None on
+    SQLite, which inserts rows), built ahead: while its request is handled, not in the
+    writer that every send of a batch waits for. The batch's time is added there."""
+    if dialect_name != "postgresql":
+        return None
+    return _encode_messages(group, transaction_id, messages, message_ids)
+
+
+def _encode_messages(group: str, transaction_id: str, messages: Sequence[OutgoingMessage],
+                     message_ids: Sequence[str]) -> bytes:
+    return _SEND_MESSAGES.encode(_message_rows(
+        messages, message_ids, {"producer_group": group, "transaction_id": transaction_id},
+        every_column=False))
 
 
 def _txn_row(s: NewTransaction) -> dict[str, Any]:
@@ -213,19 +234,18 @@ def _txn_row(s: NewTransaction) -> dict[str, Any]:
             "next_check_at": s.next_check_at, "created_at": s.created_at}
 
 
-def _message_rows(s: NewTransaction, owner: dict[str, Any],
-                  every_column: bool = True) -> list[dict[str, Any]]:
-    """The half_message rows of ``s``; ``owner`` names the transaction (by id, or by key
-    on PostgreSQL, where the same statement inserts it). Without ``every_column`` (a JSON
-    batch, where an absent key reads as NULL) a message without a delay has no delay
-    keys, so that those cost nothing."""
-    now, ids = s.created_at, s.message_ids
-    rows = [{"message_id": ids[seq], "seq": seq, "topic": m.topic, "tag": m.tag,
+def _message_rows(messages: Sequence[OutgoingMessage], ids: Sequence[str],
+                  owner: dict[str, Any], every_column: bool = True) -> list[dict[str, Any]]:
+    """The half_message rows of a send; ``owner`` names the transaction (by id and time,
+    or by key on PostgreSQL, where the same statement inserts it and gives its time).
+    Without ``every_column`` (a JSON batch, where an absent key reads as NULL) a message
+    without a delay has no delay keys, so that those cost nothing."""
+    rows: list[dict[str, Any]] = [{"message_id": ids[seq], "seq": seq, "topic": m.topic, "tag": m.tag,
              "keys": orjson.dumps(m.keys).decode(),
              "properties": orjson.dumps(m.properties).decode(),
-             "body": m.raw_body, "body_is_text": m.body_is_text, "created_at": now}
-            for seq, m in enumerate(s.messages)]
-    for row, m in zip(rows, s.messages, strict=True):
+             "body": m.raw_body, "body_is_text": m.body_is_text}
+            for seq, m in enumerate(messages)]
+    for row, m in zip(rows, messages, strict=True):
         row.update(owner)
         if every_column or m.deliver_after_ms is not None or m.deliver_at is not None:
             row["deliver_after_ms"] = m.deliver_after_ms
@@ -250,7 +270,8 @@ _SEND_TXNS = JsonRows("t", [txn.c[n] for n in _SEND_TXN_COLUMNS])
 # each message row names its transaction by key; the INSERT of the transactions gives it
 # its id
 _SEND_MESSAGES = JsonRows("m", [txn.c.producer_group, txn.c.transaction_id,
-                                *(half_message.c[n] for n in _SEND_MESSAGE_COLUMNS)])
+                                *(half_message.c[n] for n in _SEND_MESSAGE_COLUMNS
+                                  if n != "created_at")])
 
 
 @functools.cache
@@ -260,9 +281,12 @@ def _store_sends_stmt() -> AnySelect:
            .from_select(list(_SEND_TXN_COLUMNS), select(*(t.col(n) for n in _SEND_TXN_COLUMNS))
                         .where(exists().where(producer_group.c.name == t.col("producer_group"))))
            .on_conflict_do_nothing(index_elements=[txn.c.producer_group, txn.c.transaction_id])
-           .returning(txn.c.id, txn.c.producer_group, txn.c.transaction_id)
+           .returning(txn.c.id, txn.c.producer_group, txn.c.transaction_id,
+                      txn.c.created_at)
            .cte("new"))
-    placed = (select(new.c.id, *(m.col(n) for n in _SEND_MESSAGE_COLUMNS))
+    # a message's time is its transaction's, not a key of every row
+    placed = (select(new.c.id, *(new.c.created_at if n == "created_at" else m.col(n)
+                                 for n in _SEND_MESSAGE_COLUMNS))
               .join_from(m.table, new,
                          and_(new.c.producer_group == m.col("producer_group"),
                               new.c.transaction_id == m.col("transaction_id"))))
@@ -272,10 +296,11 @@ def _store_sends_stmt() -> AnySelect:
 
 
 def _store_sends_pg(conn: Connection, sends: Sequence[NewTransaction]) -> dict[Key, int]:
-    messages = [row for s in sends for row in _message_rows(
-        s, {"producer_group": s.group, "transaction_id": s.transaction_id}, False)]
-    params = {**_SEND_TXNS.param([_txn_row(s) for s in sends]),
-              **_SEND_MESSAGES.param(messages)}
+    messages = _SEND_MESSAGES.joined(
+        s.encoded if s.encoded is not None
+        else _encode_messages(s.group, s.transaction_id, s.messages, s.message_ids)
+        for s in sends)
+    params = {**_SEND_TXNS.param([_txn_row(s) for s in sends]), **messages}
     return {(r.producer_group, r.transaction_id): r.id
             for r in conn.execute(_store_sends_stmt(), params)}
 

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import base64
+from datetime import datetime
 
+from sqlalchemy import select
+
+from app.storage.schema import half_message
 from tests.integration.helpers import finish, register, row_counts, send
 
 
@@ -208,3 +212,49 @@ def test_health_and_metrics(client) -> None:  # type: ignore[no-untyped-def]
     for name in ("txmsg_commit_messages_total", "txmsg_rollback_messages_total",
                  "txmsg_discard_messages_total", "txmsg_finish_latency_seconds"):
         assert name in text
+
+
+def test_a_large_send_stores_its_messages_as_small_ones_do(client, app) -> None:  # type: ignore[no-untyped-def]
+    """A send of many messages has its rows built ahead by its handler, a send of one by
+    the writer: both store the same messages, in order, and answer alike."""
+    register(client)
+    messages = [{"topic": "big" if i % 3 else "other", "keys": [f"k{i}"], "tag": f"t{i}",
+                 "properties": {"i": str(i), "é": "ü"},
+                 **({"body": f"text {i} ✓"} if i % 2 else
+                    {"body_base64": base64.b64encode(bytes([i, 0, 255])).decode()}),
+                 **({"deliver_after_ms": 1000 * i} if i == 4 else {})}
+                for i in range(12)]
+    large = send(client, transaction_id="large", messages=messages)
+    small = [send(client, transaction_id=f"small-{i}", messages=[m])
+             for i, m in enumerate(messages)]
+    assert large.status_code == 201 and all(r.status_code == 201 for r in small)
+    assert [m["topic"] for m in large.json["messages"]] == [m["topic"] for m in messages]
+    assert [m["topic"] for r in small for m in r.json["messages"]] == [
+        m["topic"] for m in messages]
+    assert len({m["message_id"] for m in large.json["messages"]}) == 12
+    assert send(client, transaction_id="large", messages=messages).json == {
+        **large.json}  # a retry answers with the first ids
+    finish(client, "large", "commit")
+    for i in range(12):
+        finish(client, f"small-{i}", "commit")
+
+    def stored(topic: str) -> list[tuple[str, dict[str, object]]]:
+        page = client.get(f"/v1/topics/{topic}/messages").json["messages"]
+        return [(m["transaction_id"], {k: m.get(k) for k in (
+            "body", "body_base64", "keys", "tag", "properties")}) for m in page]
+
+    for topic in ("big", "other"):
+        rows = stored(topic)
+        from_large = [fields for txid, fields in rows if txid == "large"]
+        from_small = [fields for txid, fields in rows if txid != "large"]
+        assert from_large == from_small and len(from_large) == sum(
+            m["topic"] == topic for m in messages)
+    with app.extensions["txmsg"].engine.connect() as conn:
+        delays = conn.execute(select(half_message.c.seq, half_message.c.deliver_after_ms,
+                                     half_message.c.created_at)
+                              .where(half_message.c.message_id.in_(
+                                  [m["message_id"] for m in large.json["messages"]]))
+                              .order_by(half_message.c.seq)).all()
+    assert [(seq, after) for seq, after, _ in delays] == [
+        (i, 4000 if i == 4 else None) for i in range(12)]
+    assert {at for _, _, at in delays} == {datetime.fromisoformat(large.json["created_at"])}

@@ -14,6 +14,7 @@ from sqlalchemy import Connection, text
 
 from app.domain.lifecycle import FinishCmd, SendCmd, apply_finishes, apply_sends, utcnow
 from app.domain.messages import parse_transaction
+from app.domain.names import new_message_id
 from app.storage import groups
 from app.storage.db import make_engine
 from app.vocabulary import Op
@@ -28,7 +29,9 @@ def _round(sender: Connection, finisher: Connection, ids: list[str]) -> int:
     for txid in ids:
         request = parse_transaction({"transaction_id": txid, "topic": "orders", "body": "x"},
                                     max_body_bytes=1024)
-        cmds.append(SendCmd(GROUP, request, txid, request.fingerprint(), 60))
+        # its rows not encoded ahead: the writer builds them (``encoded`` None)
+        cmds.append(SendCmd(GROUP, request, txid, request.fingerprint(), 60,
+                            [new_message_id()]))
     assert all(r.created for r in apply_sends(sender, cmds))  # type: ignore[union-attr]
     # the backend's counts not yet reported (this transaction's and maybe earlier ones')
     scans = text("SELECT seq_scan FROM pg_stat_xact_user_tables WHERE relname = 'txn'")
