@@ -47,8 +47,9 @@ def utcnow() -> datetime:
 
 @dataclass(frozen=True)
 class SendCmd:
-    """A send as its request's handler prepares it: the writer of its batch, which every
-    send of the batch waits for, then has little left to do per message."""
+    """A send as its request's handler prepares it; a large one (``_BUILT_AHEAD``) with
+    its rows and its answer's list, so that the writer of its batch, which every send of
+    the batch waits for, has little left to do per message."""
 
     group: str
     request: TransactionIn
@@ -60,6 +61,7 @@ class SendCmd:
     listed: list[dict[str, str]] | None = None  # its messages as its answer lists them
 
     def answer_messages(self) -> list[dict[str, str]]:
+        """Its messages as its answer lists them, if it is new."""
         if self.listed is not None:
             return self.listed
         return listed(self.message_ids, self.request.messages)

@@ -240,11 +240,11 @@ def _message_rows(messages: Sequence[OutgoingMessage], ids: Sequence[str],
     or by key on PostgreSQL, where the same statement inserts it and gives its time).
     Without ``every_column`` (a JSON batch, where an absent key reads as NULL) a message
     without a delay has no delay keys, so that those cost nothing."""
-    rows: list[dict[str, Any]] = [{"message_id": ids[seq], "seq": seq, "topic": m.topic, "tag": m.tag,
-             "keys": orjson.dumps(m.keys).decode(),
-             "properties": orjson.dumps(m.properties).decode(),
-             "body": m.raw_body, "body_is_text": m.body_is_text}
-            for seq, m in enumerate(messages)]
+    rows: list[dict[str, Any]] = [
+        {"message_id": ids[seq], "seq": seq, "topic": m.topic, "tag": m.tag,
+         "keys": orjson.dumps(m.keys).decode(), "properties": orjson.dumps(m.properties).decode(),
+         "body": m.raw_body, "body_is_text": m.body_is_text}
+        for seq, m in enumerate(messages)]
     for row, m in zip(rows, messages, strict=True):
         row.update(owner)
         if every_column or m.deliver_after_ms is not None or m.deliver_at is not None:
