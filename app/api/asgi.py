@@ -136,12 +136,14 @@ class Api:
         """Authenticate, read the body, authorize, run the handler, answer."""
         headers: Headers = ()
         media_type = _JSON
+        unread = True  # the request's body, while an answer could leave it unread
         try:
             principal = UNRESTRICTED
             if self._guard.enabled and not route.access.open:
                 principal = await self._authenticate(scope)
             raw = await self._read_body(receive, head, body_limit(route, self._config["MAX_CONTENT_LENGTH"]),
                                         scope["http_version"])
+            unread = False
             if self._guard.enabled:
                 authorize(route.access, principal, params)
             call = Call(params, raw, principal, self._state, scope["headers"],
@@ -158,6 +160,8 @@ class Api:
         except (ApiError, HTTPException) as exc:
             status, data, problem_type, headers = rendered(exc, scope["path"])
             media_type = problem_type.encode()
+            if unread:
+                headers = _closing(headers, head, scope["http_version"])
         except Exception as exc:
             if self._propagates():
                 raise
@@ -211,7 +215,9 @@ class Api:
 
     async def _refuse(self, send: Send, scope: HTTPScope, exc: HTTPException | ApiError,
                       route: str = telemetry.UNMATCHED) -> None:
+        """An answer before the request's body was read (then the connection closes)."""
         status, data, media_type, headers = rendered(exc, scope["path"])
+        headers = _closing(headers, _head(scope["headers"]), scope["http_version"])
         await _answer(send, scope, status, data, media_type.encode(), route, headers=headers,
                       client=telemetry.asgi_client(scope, self._proxies))
 
@@ -313,6 +319,15 @@ def _head(headers: Iterable[tuple[bytes, bytes]]) -> _Head:
         elif name == b"x-request-id" and request_id is None:
             request_id = value.decode("latin-1")
     return _Head(length if lengths == 1 else None, streamed, size, request_id)
+
+
+def _closing(headers: Headers, head: _Head, http_version: str) -> Headers:
+    """An answer's header fields, telling an HTTP/1 client to close the connection when
+    its request has a body left unread: Granian closes it then, and a client that reused
+    it would meet a closed connection instead of its next answer."""
+    if http_version in ("1.0", "1.1") and (head.streamed or (head.length or 0) > 0):
+        return (*headers, ("Connection", "close"))
+    return headers
 
 
 def _header(headers: Iterable[tuple[bytes, bytes]], name: bytes) -> str | None:

@@ -129,6 +129,9 @@ def test_served_a_request_without_a_token_is_refused_before_its_body(serve_facto
     chunks = (b" " * 65536 for _ in range(24))  # 1.5 MiB, chunked
     r = s.post(f"{served.url}{ack}", data=chunks)
     assert r.status_code == 413 and r.json()["code"] == "payload_too_large"
+    # its body left unread, the connection closes: the answer says so, and the session
+    # opens a new one for the next request instead of meeting the closed one
+    assert r.headers["Connection"] == "close"
     assert s.put(f"{served.url}/v1/producer-groups/shop",
                  json={"check_urls": ["http://127.0.0.1:9/c"]}).status_code == 200
     sent = s.post(f"{served.url}/v1/producer-groups/shop/transactions",
