@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Any, NamedTuple, Protocol
 
 import orjson
-from sqlalchemy import and_, exists, func, insert, select, text, tuple_, update
+from sqlalchemy import Column, Text, and_, exists, func, insert, select, text, tuple_, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 
@@ -149,6 +149,8 @@ class OutgoingMessage(Protocol):
     @property
     def properties(self) -> dict[str, str]: ...
     @property
+    def body(self) -> str | None: ...
+    @property
     def raw_body(self) -> bytes: ...
     @property
     def body_is_text(self) -> bool: ...
@@ -238,15 +240,24 @@ def _message_rows(messages: Sequence[OutgoingMessage], ids: Sequence[str],
                   owner: dict[str, Any], every_column: bool = True) -> list[dict[str, Any]]:
     """The half_message rows of a send; ``owner`` names the transaction (by id and time,
     or by key on PostgreSQL, where the same statement inserts it and gives its time).
+
     Without ``every_column`` (a JSON batch, where an absent key reads as NULL) a message
-    without a delay has no delay keys, so that those cost nothing."""
+    without a delay has no delay keys, so that those cost nothing, and a text body of
+    ASCII without NUL travels as it is (``body_text``), not as base64 of its bytes:
+    ASCII is the same bytes in every server encoding, and a JSON string of NUL is not a
+    PostgreSQL text."""
     rows: list[dict[str, Any]] = [
         {"message_id": ids[seq], "seq": seq, "topic": m.topic, "tag": m.tag,
          "keys": orjson.dumps(m.keys).decode(), "properties": orjson.dumps(m.properties).decode(),
-         "body": m.raw_body, "body_is_text": m.body_is_text}
+         "body_is_text": m.body_is_text}
         for seq, m in enumerate(messages)]
     for row, m in zip(rows, messages, strict=True):
         row.update(owner)
+        body = m.body
+        if every_column or body is None or not body.isascii() or "\x00" in body:
+            row["body"] = m.raw_body
+        else:
+            row["body_text"] = body
         if every_column or m.deliver_after_ms is not None or m.deliver_at is not None:
             row["deliver_after_ms"] = m.deliver_after_ms
             row["deliver_at"] = m.deliver_at
@@ -271,7 +282,7 @@ _SEND_TXNS = JsonRows("t", [txn.c[n] for n in _SEND_TXN_COLUMNS])
 # its id
 _SEND_MESSAGES = JsonRows("m", [txn.c.producer_group, txn.c.transaction_id,
                                 *(half_message.c[n] for n in _SEND_MESSAGE_COLUMNS
-                                  if n != "created_at")])
+                                  if n != "created_at"), Column("body_text", Text)])
 
 
 @functools.cache
@@ -285,7 +296,9 @@ def _store_sends_stmt() -> AnySelect:
                       txn.c.created_at)
            .cte("new"))
     # a message's time is its transaction's, not a key of every row
-    placed = (select(new.c.id, *(new.c.created_at if n == "created_at" else m.col(n)
+    body = func.coalesce(m.col("body"), func.convert_to(m.col("body_text"), "UTF8"))
+    placed = (select(new.c.id, *(new.c.created_at if n == "created_at" else
+                                 body if n == "body" else m.col(n)
                                  for n in _SEND_MESSAGE_COLUMNS))
               .join_from(m.table, new,
                          and_(new.c.producer_group == m.col("producer_group"),

@@ -5,9 +5,12 @@ from __future__ import annotations
 import base64
 from datetime import datetime
 
+import orjson
 from sqlalchemy import select
 
+from app.domain.messages import MessageIn
 from app.storage.schema import half_message
+from app.storage.transactions import encoded_messages
 from tests.integration.helpers import finish, register, row_counts, send
 
 
@@ -258,3 +261,44 @@ def test_a_large_send_stores_its_messages_as_small_ones_do(client, app) -> None:
     assert [(seq, after) for seq, after, _ in delays] == [
         (i, 4000 if i == 4 else None) for i in range(12)]
     assert {at for _, _, at in delays} == {datetime.fromisoformat(large.json["created_at"])}
+
+
+TEXT_BODIES = ["plain ascii {\"a\": [1, 2]}", "", "back\\slash \\x41 \\\\ 'quoted'",
+               "non-ascii é ✓ 𝄞", "nul \x00 inside", "\x7f\x01 controls\n\t"]
+
+
+def test_every_text_body_is_stored_as_its_utf8_bytes(client, app) -> None:  # type: ignore[no-untyped-def]
+    """On PostgreSQL a text body of ASCII without NUL reaches the database as a JSON
+    string, any other as base64 of its bytes: each is stored as its UTF-8 bytes and read
+    back as sent, in a large send (rows encoded ahead) and in small ones."""
+    register(client)
+    messages = [{"topic": "texts", "body": b} for b in TEXT_BODIES]
+    large = send(client, transaction_id="large", messages=messages * 2)
+    small = [send(client, transaction_id=f"small-{i}", messages=[m])
+             for i, m in enumerate(messages)]
+    assert large.status_code == 201 and all(r.status_code == 201 for r in small)
+    for txid in ["large", *(f"small-{i}" for i in range(len(messages)))]:
+        assert finish(client, txid, "commit").status_code == 200
+    page = client.get("/v1/topics/texts/messages?limit=100").json["messages"]
+    assert [m["body"] for m in page] == TEXT_BODIES * 3
+    assert all("body_base64" not in m or m["body_base64"] is None for m in page)
+    with app.extensions["txmsg"].engine.connect() as conn:
+        stored = conn.execute(select(half_message.c.body, half_message.c.body_is_text)
+                              .order_by(half_message.c.txn_id, half_message.c.seq)).all()
+    assert [(bytes(b), t) for b, t in stored] == [(b.encode(), True) for b in TEXT_BODIES * 3]
+
+
+def test_only_ascii_text_without_nul_travels_as_text() -> None:
+    """What a send's rows carry to PostgreSQL for each body (the rule the test above
+    relies on): the text itself only where it is the same bytes in every server encoding."""
+    bodies = [MessageIn.model_validate({"topic": "t", "body": b}) for b in TEXT_BODIES]
+    binary = MessageIn.model_validate({"topic": "t", "body_base64": "AAE="})
+    rows = orjson.loads(encoded_messages("postgresql", "g", "x", [*bodies, binary],
+                                         [f"m{i}" for i in range(len(bodies) + 1)]) or b"")
+    assert [("body_text" in r, "body" in r) for r in rows] == [
+        (True, False), (True, False), (True, False), (False, True), (False, True),
+        (True, False), (False, True)]
+    assert [r.get("body_text") for r in rows] == [*TEXT_BODIES[:3], None, None,
+                                                  TEXT_BODIES[5], None]
+    assert base64.b64decode(rows[3]["body"]) == TEXT_BODIES[3].encode()
+    assert encoded_messages("sqlite", "g", "x", bodies, ["m"] * len(bodies)) is None
