@@ -70,7 +70,7 @@ def create_app(settings: Settings | None = None, *, engine: Engine | None = None
     if lifecycle.publisher is not None:  # what it sent itself has woken its receives
         listener = notices.listener(engine, settings,
                                     partial(lifecycle.signal.notify, source=NOTIFIED),
-                                    ignore=lifecycle.publisher.origin)
+                                    own=lifecycle.publisher)
     app.extensions["txmsg"] = AppState(
         settings, engine, lifecycle, guard,
         Subscriptions(engine, settings.max_read_bytes, lifecycle.signal), listener,

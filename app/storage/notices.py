@@ -15,6 +15,12 @@ nor on its path:
   those its own process sent (each payload names its sender): that process has woken its
   receives already.
 
+A publisher sends nothing while no other process listens (a lone ``txmsg serve``, the
+common case, whose notifications only ever reached its own listener): it looks at most
+once per ``OTHERS_TTL_SECONDS`` for another ``txmsg-listen`` connection to its database,
+and a listener says it has started with a notification of no topics, which tells every
+other process at once.
+
 A notification is a hint, never the truth: one lost (the database restarting, a
 listener reconnecting) only leaves a receive to its probe (``app.api.longpoll``). Either
 end reconnects with a backoff when its connection is lost and never raises. SQLite has
@@ -25,6 +31,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -46,6 +53,10 @@ PUBLISHER_NAME = "txmsg-notify"
 LISTENER_NAME = "txmsg-listen"
 # the listener looks whether it is asked to stop at least this often
 _LISTEN_SLICE_SECONDS = 0.5
+# how long a look for other processes' listeners holds
+OTHERS_TTL_SECONDS = 1.0
+_OTHER_LISTENERS = ("SELECT EXISTS (SELECT FROM pg_stat_activity WHERE datname ="
+                    " current_database() AND application_name = %s AND pid <> %s)")
 # pauses between two attempts to reconnect, doubled from the first up to the last
 _FIRST_RETRY_SECONDS, _MAX_RETRY_SECONDS = 0.5, 10.0
 
@@ -71,14 +82,15 @@ def publisher(engine: Engine, settings: Settings) -> Publisher | None:
     return None if url is None else Publisher(url, settings)
 
 
-def listener(engine: Engine, settings: Settings, callback: Topics, *, ignore: str
+def listener(engine: Engine, settings: Settings, callback: Topics, *, own: Publisher
              ) -> Listener | None:
     """A started listener on the engine's database, which hands ``callback`` the topics of
-    the notifications not sent by ``ignore`` (a publisher's ``origin``); None on SQLite."""
+    the notifications not sent by ``own`` (its process's publisher, which learns from it
+    whether other processes listen); None on SQLite."""
     url = libpq_conninfo(engine)
     if url is None:
         return None
-    found = Listener(url, settings, callback, ignore=ignore)
+    found = Listener(url, settings, callback, own=own)
     found.start()
     return found
 
@@ -175,12 +187,17 @@ class Publisher:
         self._conn: psycopg.Connection[Any] | None = None
         self._outage = _Outage(
             "commit notifications", "receives waiting in other processes look once a second")
+        # whether another process listens, as last seen, and until when that holds
+        self._others, self._others_until = True, 0.0
+        self._listener_pid = 0  # the backend of this process's own listener, if any
 
     def publish(self, topics: Iterable[str]) -> None:
         """Queue these topics; never waits for the database."""
         with self._lock:
             if self._stop.is_set():
                 return
+            if not self._others and time.monotonic() < self._others_until:
+                return  # no other process listens: nobody to tell
             self._pending.update(topics)
             if not self._pending:
                 return
@@ -233,13 +250,39 @@ class Publisher:
                 self._conn = _connect(self._url, self._settings, PUBLISHER_NAME,
                                       "-c synchronous_commit=off")
             try:
-                for payload in payloads(self.origin, topics):
-                    self._conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, payload))
+                if self._others_listen(self._conn):
+                    for payload in payloads(self.origin, topics):
+                        self._conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, payload))
                 return
             except psycopg.Error:
                 self._disconnect()
                 if fresh:
                     raise
+
+    def _others_listen(self, conn: psycopg.Connection[Any]) -> bool:
+        """Whether a listener of another process is connected to the database (looked up
+        at most once per ``OTHERS_TTL_SECONDS``)."""
+        now = time.monotonic()
+        with self._lock:
+            if now < self._others_until:
+                return self._others
+            pid = self._listener_pid
+        row = conn.execute(_OTHER_LISTENERS, (LISTENER_NAME, pid)).fetchone()
+        with self._lock:
+            if self._others_until <= now:  # no other process has spoken meanwhile
+                self._others, self._others_until = bool(row and row[0]), now + OTHERS_TTL_SECONDS
+            return self._others
+
+    def listening_as(self, pid: int) -> None:
+        """This process's listener listens on the backend ``pid`` (not another process)."""
+        with self._lock:
+            self._listener_pid = pid
+
+    def heard_from_another(self) -> None:
+        """A notification came from another process: it listens (its listener says so when
+        it starts), so this one's commits are worth telling for a while."""
+        with self._lock:
+            self._others, self._others_until = True, time.monotonic() + OTHERS_TTL_SECONDS
 
     def _disconnect(self) -> None:
         conn, self._conn = self._conn, None
@@ -252,14 +295,15 @@ class Publisher:
 
 class Listener:
     """LISTENs on ``CHANNEL`` from a daemon thread and hands ``callback`` the topics of
-    each notification not sent by ``ignore``; reconnects (and LISTENs again) when its
-    connection is lost."""
+    each notification not sent by ``own``, telling ``own`` of the others; reconnects (and
+    LISTENs again) when its connection is lost."""
 
-    def __init__(self, url: str, settings: Settings, callback: Topics, *, ignore: str) -> None:
+    def __init__(self, url: str, settings: Settings, callback: Topics, *,
+                 own: Publisher) -> None:
         self._url = url
         self._settings = settings
         self._callback = callback
-        self._ignore = ignore
+        self._own = own
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=LISTENER_NAME, daemon=True)
         self._outage = _Outage(
@@ -279,6 +323,10 @@ class Listener:
         while not self._stop.is_set():
             try:
                 with _connect(self._url, self._settings, LISTENER_NAME, "") as conn:
+                    # no topics: the other processes' publishers learn that one listens
+                    conn.execute("SELECT pg_notify(%s, %s)",
+                                 (CHANNEL, _payload(self._own.origin, [])))
+                    self._own.listening_as(conn.info.backend_pid)
                     conn.execute(f"LISTEN {CHANNEL}")
                     self.listening.set()
                     self._outage.ok()
@@ -296,7 +344,10 @@ class Listener:
 
     def _deliver(self, payload: str) -> None:
         origin, topics = parse(payload)
-        if not topics or origin == self._ignore:
+        if not origin or origin == self._own.origin:
+            return
+        self._own.heard_from_another()
+        if not topics:
             return
         try:
             self._callback(topics)

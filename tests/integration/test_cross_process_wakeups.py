@@ -38,7 +38,7 @@ class Ends:
         publisher = notices.publisher(engine, settings)
         assert publisher is not None
         self.publisher = publisher
-        listener = notices.listener(engine, settings, self._heard, ignore=publisher.origin)
+        listener = notices.listener(engine, settings, self._heard, own=publisher)
         assert listener is not None
         self.listener = listener
 
@@ -83,6 +83,78 @@ def test_a_notification_reaches_the_other_process_not_its_own(postgres_url: str)
         assert set(a.got) == many | {"t3"}
     finally:
         a.close()
+        b.close()
+        engine.dispose()
+
+
+def txmsg_listeners(admin: psycopg.Connection[Any]) -> int:
+    return admin.execute("SELECT count(*) FROM pg_stat_activity WHERE datname ="
+                         " current_database() AND application_name = %s",
+                         (notices.LISTENER_NAME,)).fetchone()[0]  # type: ignore[index]
+
+
+def test_a_lone_process_tells_nobody_until_another_listens(postgres_url: str) -> None:
+    """A process whose listener is the only one sends no notification (it would reach only
+    itself); a second process's listener, once started, gets the next commit's at once."""
+    settings = make_settings(postgres_url)
+    engine = make_engine(settings)
+    heard: list[str] = []
+    with psycopg.connect(libpq(postgres_url), autocommit=True) as admin, \
+            psycopg.connect(libpq(postgres_url), autocommit=True) as tap:
+        tap.execute(f"LISTEN {notices.CHANNEL}")  # not a txmsg listener: not counted
+
+        def tapped() -> list[str]:
+            heard.extend(t for n in tap.notifies(timeout=0.05, stop_after=50)
+                         for t in notices.parse(n.payload)[1])
+            return heard
+
+        a = Ends(engine, settings)
+        b: Ends | None = None
+        try:
+            wait_until(a.listener.listening.is_set, what="a listening")
+            wait_until(lambda: txmsg_listeners(admin) == 1, what="no other listener")
+            a.publisher.publish(["unheard"])
+
+            def looked() -> bool:  # a's publisher looked for listeners, and sent nothing
+                return admin.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                    " AND application_name = %s AND state = 'idle'"
+                    " AND query LIKE '%%FROM pg_stat_activity%%'",
+                    (notices.PUBLISHER_NAME,)).fetchone() == (1,)
+
+            wait_until(looked, what="a's publisher looking")
+            b = Ends(engine, settings)
+            wait_until(b.listener.listening.is_set, what="b listening")
+
+            def told() -> bool:
+                a.publisher.publish(["heard"])
+                return "heard" in tapped()
+
+            wait_until(told, what="a telling b")
+            wait_until(lambda: "heard" in b.got, what="b hearing a")
+            # one connection's notifications arrive in order: "unheard" was never sent
+            assert "unheard" not in heard and "unheard" not in b.got
+        finally:
+            a.close()
+            if b is not None:
+                b.close()
+            engine.dispose()
+
+
+def test_a_process_without_a_listener_tells_those_that_listen(postgres_url: str) -> None:
+    """A publisher alone (the checker, the CLI) looks for listeners before its first
+    notification: one listening is told at once."""
+    settings = make_settings(postgres_url)
+    engine = make_engine(settings)
+    b = Ends(engine, settings)
+    lone = notices.publisher(engine, settings)
+    assert lone is not None
+    try:
+        wait_until(b.listener.listening.is_set, what="b listening")
+        lone.publish(["t"])
+        wait_until(lambda: b.got == ["t"], what="b hearing the lone publisher")
+    finally:
+        lone.close()
         b.close()
         engine.dispose()
 

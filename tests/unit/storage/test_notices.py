@@ -40,7 +40,8 @@ def test_sqlite_has_neither_end(tmp_path: Path) -> None:
     try:
         assert notices.libpq_conninfo(engine) is None
         assert notices.publisher(engine, settings) is None
-        assert notices.listener(engine, settings, lambda topics: None, ignore="") is None
+        assert notices.listener(engine, settings, lambda topics: None,
+                                own=notices.Publisher("", settings)) is None
     finally:
         engine.dispose()
 
