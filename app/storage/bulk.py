@@ -92,8 +92,8 @@ class JsonRows:
         return func.decode(c, "base64") if name in self._binary else c
 
     def param(self, rows: Iterable[Mapping[str, Any]]) -> dict[str, Json]:
-        rows = rows if isinstance(rows, list) else list(rows)
-        return {self.alias: Json(orjson.dumps(rows, default=_base64), dumps=_as_is)}
+        return {self.alias: Json(self.encode(rows if isinstance(rows, list) else list(rows)),
+                                 dumps=_as_is)}
 
     @staticmethod
     def encode(rows: Sequence[Mapping[str, Any]]) -> bytes:

@@ -225,7 +225,7 @@ def _encode_messages(group: str, transaction_id: str, messages: Sequence[Outgoin
                      message_ids: Sequence[str]) -> bytes:
     return _SEND_MESSAGES.encode(_message_rows(
         messages, message_ids, {"producer_group": group, "transaction_id": transaction_id},
-        every_column=False))
+        for_json=True))
 
 
 def _txn_row(s: NewTransaction) -> dict[str, Any]:
@@ -237,11 +237,11 @@ def _txn_row(s: NewTransaction) -> dict[str, Any]:
 
 
 def _message_rows(messages: Sequence[OutgoingMessage], ids: Sequence[str],
-                  owner: dict[str, Any], every_column: bool = True) -> list[dict[str, Any]]:
+                  owner: dict[str, Any], for_json: bool = False) -> list[dict[str, Any]]:
     """The half_message rows of a send; ``owner`` names the transaction (by id and time,
     or by key on PostgreSQL, where the same statement inserts it and gives its time).
 
-    Without ``every_column`` (a JSON batch, where an absent key reads as NULL) a message
+    ``for_json``: rows of a JSON batch, where an absent key reads as NULL: a message
     without a delay has no delay keys, so that those cost nothing, and a text body of
     ASCII without NUL travels as it is (``body_text``), not as base64 of its bytes:
     ASCII is the same bytes in every server encoding, and a JSON string of NUL is not a
@@ -254,11 +254,11 @@ def _message_rows(messages: Sequence[OutgoingMessage], ids: Sequence[str],
     for row, m in zip(rows, messages, strict=True):
         row.update(owner)
         body = m.body
-        if every_column or body is None or not body.isascii() or "\x00" in body:
+        if not for_json or body is None or not body.isascii() or "\x00" in body:
             row["body"] = m.raw_body
         else:
             row["body_text"] = body
-        if every_column or m.deliver_after_ms is not None or m.deliver_at is not None:
+        if not for_json or m.deliver_after_ms is not None or m.deliver_at is not None:
             row["deliver_after_ms"] = m.deliver_after_ms
             row["deliver_at"] = m.deliver_at
     return rows
