@@ -103,10 +103,12 @@ def read_topic(engine: Engine, topic: str, from_offset: int, limit: int,
     at least one message); the next page starts at ``next_offset``. Below the retained
     range it starts at ``first_offset``."""
     with read_connection(engine) as conn:
-        first = topics.first_offset(conn, topic)
-        from_offset = max(from_offset, first)
-        rows = log.read_page(conn, topic, from_offset, offset_plus(from_offset, limit),
-                             max_bytes)
+        first, rows = log.read_page(conn, topic, from_offset, offset_plus(from_offset, limit),
+                                    max_bytes)
+        while first > from_offset:  # below the retained range (which may move on meanwhile)
+            from_offset = first
+            first, rows = log.read_page(conn, topic, from_offset,
+                                        offset_plus(from_offset, limit), max_bytes)
     messages = [message_as_read(r) for r in rows]
     next_offset = rows[-1].queue_offset + 1 if rows else from_offset
     return {"topic": topic, "messages": messages, "next_offset": next_offset,

@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Select, and_, bindparam, func, or_, select
+from sqlalchemy import Connection, Select, and_, bindparam, func, or_, select, true
 
 from app.storage.bulk import among, dialect_insert, insert_rows
 from app.storage.schema import (
@@ -17,6 +17,7 @@ from app.storage.schema import (
     logged_message_id,
     message_log,
     topic_offset,
+    topic_retention,
     txn,
 )
 from app.storage.transactions import BODILESS_COLUMNS, MESSAGE_COLUMNS
@@ -61,10 +62,17 @@ def _page() -> Select[Any]:
               .where(message_log.c.topic == bindparam("topic"),
                      message_log.c.queue_offset >= bindparam("from_offset"),
                      message_log.c.queue_offset < bindparam("end"))
-              .subquery("page"))
-    return (select(*[c for c in window.c if c.name not in ("running", "n")])
+              .subquery("window"))
+    page = (select(*[c for c in window.c if c.name not in ("running", "n")])
             .where(or_(window.c.running <= bindparam("max_bytes"), window.c.n == 1))
-            .order_by(window.c.queue_offset))
+            .subquery("page"))
+    retained = select(func.coalesce(
+        select(topic_retention.c.first_offset)
+        .where(topic_retention.c.topic == bindparam("topic")).scalar_subquery(), 0)
+        .label("first_offset")).subquery("retained")
+    return (select(retained.c.first_offset, *page.c)
+            .select_from(retained.outerjoin(page, true()))
+            .order_by(page.c.queue_offset))
 
 
 # Built once: building it costs more CPU than running it on a short page (its compiled
@@ -73,9 +81,12 @@ _PAGE = _page()
 
 
 def read_page(conn: Connection, topic: str, from_offset: int, end: int,
-              max_bytes: int) -> list[AnyRow]:
-    """Committed messages at offsets ``from_offset`` up to ``end`` (excluded), in offset
-    order (``as_read``), but at most ``max_bytes`` of bodies and never fewer than one.
+              max_bytes: int) -> tuple[int, list[AnyRow]]:
+    """The lowest offset of ``topic`` still retained, and the committed messages at offsets
+    ``from_offset`` up to ``end`` (excluded), in offset order (``as_read``), but at most
+    ``max_bytes`` of bodies and never fewer than one: one statement, so that a lone read
+    is one round trip (the retained range's one row is joined to the page, and stands
+    alone when the page is empty).
 
     A topic's offsets are dense (each commit takes the next ones from its counter), so the
     range holds ``end - from_offset`` messages at most; bounding the range, not only the
@@ -84,8 +95,9 @@ def read_page(conn: Connection, topic: str, from_offset: int, end: int,
     body sizes summed in offset order, so the bodies a reader receives, and that this
     process holds, stay within the budget.
     """
-    return list(conn.execute(_PAGE, {"topic": topic, "from_offset": from_offset,
-                                     "end": end, "max_bytes": max_bytes}))
+    rows = conn.execute(_PAGE, {"topic": topic, "from_offset": from_offset,
+                                "end": end, "max_bytes": max_bytes}).all()
+    return rows[0].first_offset, [r for r in rows if r.queue_offset is not None]
 
 
 def read_at(conn: Connection, topic: str, offsets: Sequence[int]) -> list[AnyRow]:

@@ -26,9 +26,9 @@ def test_a_page_reads_only_its_rows_without_statistics(postgres_url: str) -> Non
         with engine.begin() as conn:
             committed_backlog(conn, TOPIC, BACKLOG)
         with engine.connect() as conn, plans(conn) as found:
-            one = log.read_page(conn, TOPIC, 10_000, 10_001, 1 << 20)
-            budget = log.read_page(conn, TOPIC, 10_000, 10_100, 250)
-            whole = log.read_page(conn, TOPIC, 19_950, 20_050, 1 << 20)
+            _, one = log.read_page(conn, TOPIC, 10_000, 10_001, 1 << 20)
+            _, budget = log.read_page(conn, TOPIC, 10_000, 10_100, 250)
+            _, whole = log.read_page(conn, TOPIC, 19_950, 20_050, 1 << 20)
             conn.execute(text("SELECT 'done'"))  # the last read's plan arrives with it
         assert [r.queue_offset for r in one] == [10_000]
         assert [r.queue_offset for r in budget] == [10_000, 10_001]

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from sqlalchemy import event
 
 from app.web import create_app
 from tests.conftest import make_settings
@@ -67,3 +68,24 @@ def test_paging_by_next_offset_reads_every_message_once(small_pages) -> None:
         seen += [len(m["body"]) for m in r["messages"]]
         offset = r["next_offset"]
     assert seen == sizes
+
+
+def test_a_page_and_its_retained_range_are_read_in_one_statement(small_pages) -> None:
+    """A read is one round trip to the database, whether its page holds messages or not."""
+    client = small_pages
+    register(client)
+    commit(client, [{"topic": "t", "body": "x"}, {"topic": "t", "body": "y"}])
+    engine = client.application.extensions["txmsg"].engine
+    statements: list[str] = []
+
+    def on_execute(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        if not statement.startswith("BEGIN"):  # SQLite's own, not a round trip
+            statements.append(statement)
+
+    event.listen(engine, "before_cursor_execute", on_execute)
+    try:
+        assert page(client, 1) == ([1], 2)
+        assert page(client, 2) == ([], 2)
+    finally:
+        event.remove(engine, "before_cursor_execute", on_execute)
+    assert len(statements) == 2, statements
