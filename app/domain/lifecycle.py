@@ -27,9 +27,9 @@ from app.domain.states import Outcome
 from app.domain.trace_context import TraceContext
 from app.domain.wakeups import TopicSignal
 from app.errors import ApiError, Conflict, NotFound, UnregisteredProducerGroup
-from app.storage import finishes, groups, notices, transactions
+from app.storage import finishes, groups, notices, sends, transactions
 from app.storage.db import write_transaction
-from app.storage.transactions import NewTransaction
+from app.storage.sends import NewTransaction
 from app.storage.writer import GroupCommitWriter
 from app.vocabulary import RESOLVED, Op, State
 
@@ -116,7 +116,7 @@ def apply_sends(conn: Connection, cmds: Sequence[SendCmd]) -> list[SendResult | 
             cmd.group, cmd.transaction_id, cmd.fingerprint, cmd.request.check_url,
             cmd.request.check_immunity_seconds, now + timedelta(seconds=cmd.first_check_delay),
             now, cmd.request.messages, cmd.message_ids, cmd.encoded))
-    inserted = transactions.store_sends(conn, new)
+    inserted = sends.store_sends(conn, new)
     # the rare path: a key not stored is either taken (a retry) or its group unregistered
     left = [key for key in first_of if key not in inserted]
     registered = groups.registered(conn, {g for g, _ in left})
@@ -328,7 +328,7 @@ class Lifecycle:
         self.callback_policy = CallbackPolicy.from_settings(settings)
         self.send_writer: GroupCommitWriter[SendCmd] = GroupCommitWriter(
             engine, apply_sends, max_batch=settings.batch_max_size, name="txmsg-send-writer",
-            one_statement=transactions.sends_are_one_statement(engine.dialect.name),
+            one_statement=sends.sends_are_one_statement(engine.dialect.name),
             on_batch=metrics.BATCH_SIZE.labels("send").observe,
             on_depth=metrics.QUEUE_DEPTH.labels("send").set,
             timeout=settings.db_write_timeout_seconds)
@@ -389,7 +389,7 @@ class Lifecycle:
         cmd = SendCmd(group, request, transaction_id, request.fingerprint(), delay, ids)
         if len(ids) < _BUILT_AHEAD:
             return cmd
-        return replace(cmd, encoded=transactions.encoded_messages(
+        return replace(cmd, encoded=sends.encoded_messages(
             self.engine.dialect.name, group, transaction_id, request.messages, ids),
             listed=listed(ids, request.messages))
 

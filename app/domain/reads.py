@@ -66,15 +66,13 @@ def get_transaction(engine: Engine, group: str, transaction_id: str, *,
     """One transaction and its messages; ``with_checks``: its check history too, oldest
     first (``checks``: number, time, URL, result, detail)."""
     with read_connection(engine) as conn:
-        row = transactions.get_txn(conn, group, transaction_id)
+        row, messages = transactions.transaction_as_read(conn, group, transaction_id)
         if row is None:
             raise NotFound(f"no transaction {transaction_id!r} in producer group {group!r}",
                            code="transaction_not_found")
-        messages = transactions.messages_of(conn, [row.id])[row.id]
         offsets = {}
         if row.state == State.COMMITTED:
-            offsets = {m.message_id: m.queue_offset
-                       for m in transactions.committed_offsets(conn, [row.id])[row.id]}
+            offsets = {m.message_id: m.queue_offset for m in messages}
         out = _transaction(row, messages, offsets)
         if with_checks:
             out["checks"] = [{"check_times": c.check_times, "created_at": c.created_at,

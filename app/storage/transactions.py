@@ -1,25 +1,18 @@
-"""SQL of transactions and their half messages (txn, half_message, op_log): sends (new
-transactions with their messages), and every read of them: by key, by group and state,
-newest first (the dashboard's, bounded by an index), with their messages and offsets.
-
-The rows of a send are built here from what the domain decided (``NewTransaction``), so
-that the domain never spells a column name. Finishing them: ``finishes``.
-"""
+"""SQL of reading transactions and their half messages (txn, half_message, op_log): by key,
+by group and state, newest first (the dashboard's, bounded by an index), with their
+messages and offsets. Storing them: ``sends``; finishing them: ``finishes``."""
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Collection, Iterable, Sequence
 from datetime import datetime
-from typing import Any, NamedTuple, Protocol
+from typing import Any
 
-import orjson
-from sqlalchemy import Column, Text, and_, exists, func, insert, select, text, tuple_, update
-from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy import and_, bindparam, func, select, text, tuple_, update
 from sqlalchemy.engine import Connection
 
-from app.storage.bulk import KEYS, JsonRows, Key, by_txn_ids, insert_rows, is_pg, key_params
-from app.storage.groups import registered
+from app.storage.bulk import KEYS, Key, by_txn_ids, is_pg, key_params
 from app.storage.schema import (
     PREPARED_PREDICATE,
     AnyRow,
@@ -27,7 +20,6 @@ from app.storage.schema import (
     half_message,
     message_log,
     op_log,
-    producer_group,
     txn,
 )
 from app.vocabulary import State
@@ -69,6 +61,30 @@ def get_txn(conn: Connection, group: str, transaction_id: str) -> AnyRow | None:
     return find_txns(conn, [(group, transaction_id)]).get((group, transaction_id))
 
 
+# a half message's place in its topic: not a discard (the discard topic) nor a dead-letter
+# copy (a message id of its own), which may come back to the same topic
+_APPENDED_BY_COMMIT = and_(message_log.c.half_message_id == half_message.c.id,
+                           message_log.c.topic == half_message.c.topic,
+                           message_log.c.message_id.is_(None))
+_TXN_AS_READ = (
+    select(*TXN_COLUMNS, half_message.c.message_id, half_message.c.topic, half_message.c["keys"],
+           half_message.c.tag, half_message.c.properties, message_log.c.queue_offset)
+    .select_from(txn.outerjoin(half_message, half_message.c.txn_id == txn.c.id)
+                 .outerjoin(message_log, _APPENDED_BY_COMMIT))
+    .where(txn.c.producer_group == bindparam("group"),
+           txn.c.transaction_id == bindparam("transaction_id"))
+    .order_by(half_message.c.seq))
+
+
+def transaction_as_read(conn: Connection, group: str, transaction_id: str
+                        ) -> tuple[AnyRow | None, list[AnyRow]]:
+    """A transaction and its messages in send order, each with its offset in its topic
+    (NULL until committed), in one statement: a row per message, repeating the
+    transaction's columns (no column name is in both)."""
+    rows = conn.execute(_TXN_AS_READ, {"group": group, "transaction_id": transaction_id}).all()
+    return rows[0] if rows else None, [r for r in rows if r.message_id is not None]
+
+
 def list_txns(conn: Connection, group: str | None, state: State | None, after_id: int,
               limit: int) -> list[AnyRow]:
     """Transactions after ``after_id`` in id order, of ``group`` (every group if None)."""
@@ -100,8 +116,7 @@ def messages_of(conn: Connection, txn_ids: Iterable[int],
 _COMMITTED_OFFSETS = (
     select(half_message.c.txn_id, half_message.c.message_id, half_message.c.topic,
            message_log.c.queue_offset)
-    .join(message_log, and_(message_log.c.half_message_id == half_message.c.id,
-                            message_log.c.topic == half_message.c.topic))
+    .join(message_log, _APPENDED_BY_COMMIT)
 )
 
 
@@ -135,187 +150,6 @@ BODILESS_COLUMNS = (
     half_message.c.body_is_text, half_message.c.created_at,
     func.length(half_message.c.body).label("size"),
 )
-
-
-class OutgoingMessage(Protocol):
-    """What is stored of a message to send (``app.domain.messages.MessageIn``)."""
-
-    @property
-    def topic(self) -> str: ...
-    @property
-    def tag(self) -> str | None: ...
-    @property
-    def keys(self) -> list[str]: ...
-    @property
-    def properties(self) -> dict[str, str]: ...
-    @property
-    def body(self) -> str | None: ...
-    @property
-    def raw_body(self) -> bytes: ...
-    @property
-    def body_is_text(self) -> bool: ...
-    @property
-    def deliver_after_ms(self) -> int | None: ...
-    @property
-    def deliver_at(self) -> datetime | None: ...
-
-
-class NewTransaction(NamedTuple):
-    """A transaction to store, PREPARED, unchecked; ``message_ids[i]`` names ``messages[i]``."""
-
-    group: str
-    transaction_id: str
-    fingerprint: str
-    check_url: str | None
-    check_immunity_seconds: int
-    next_check_at: datetime
-    created_at: datetime
-    messages: Sequence[OutgoingMessage]
-    message_ids: Sequence[str]
-    # its half_message rows as ``encoded_messages`` gave them (None: built when stored)
-    encoded: bytes | None = None
-
-
-def sends_are_one_statement(dialect_name: str) -> bool:
-    """Whether ``store_sends`` writes with one statement (then atomic without BEGIN)."""
-    return dialect_name == "postgresql"
-
-
-def store_sends(conn: Connection, sends: Sequence[NewTransaction]) -> dict[Key, int]:
-    """Insert new transactions with their messages, each only if its producer group is
-    registered and its (group, transaction id) is free; the new transactions' ids by key.
-
-    A key left out is either unregistered or taken (a retried send, or an insert racing
-    in from another process, which is waited for by ON CONFLICT DO NOTHING): the caller
-    tells the two apart. On PostgreSQL the whole batch is one statement.
-    """
-    if not sends:
-        return {}
-    if is_pg(conn):
-        return _store_sends_pg(conn, sends)
-
-    names = registered(conn, {s.group for s in sends})
-    kept = [s for s in sends if s.group in names]
-    if not kept:
-        return {}
-    result = conn.execute(_insert_new_txns_stmt(), [_txn_row(s) for s in kept])
-    inserted = {(r.producer_group, r.transaction_id): r.id for r in result}
-    message_rows: list[dict[str, Any]] = []
-    for s in kept:
-        txn_id = inserted.get((s.group, s.transaction_id))
-        if txn_id is not None:
-            message_rows.extend(_message_rows(s.messages, s.message_ids,
-                                              {"txn_id": txn_id, "created_at": s.created_at}))
-    insert_rows(conn, half_message, message_rows)
-    return inserted
-
-
-def encoded_messages(dialect_name: str, group: str, transaction_id: str,
-                     messages: Sequence[OutgoingMessage], message_ids: Sequence[str]
-                     ) -> bytes | None:
-    """A send's half_message rows as ``store_sends`` hands them to PostgreSQL (None on
-    SQLite, which inserts rows), built ahead: while its request is handled, not in the
-    writer that every send of a batch waits for. The batch's time is added there."""
-    if dialect_name != "postgresql":
-        return None
-    return _encode_messages(group, transaction_id, messages, message_ids)
-
-
-def _encode_messages(group: str, transaction_id: str, messages: Sequence[OutgoingMessage],
-                     message_ids: Sequence[str]) -> bytes:
-    return _SEND_MESSAGES.encode(_message_rows(
-        messages, message_ids, {"producer_group": group, "transaction_id": transaction_id},
-        for_json=True))
-
-
-def _txn_row(s: NewTransaction) -> dict[str, Any]:
-    return {"producer_group": s.group, "transaction_id": s.transaction_id,
-            "state": State.PREPARED.value, "fingerprint": s.fingerprint,
-            "message_count": len(s.messages), "check_url": s.check_url,
-            "check_immunity_seconds": s.check_immunity_seconds, "check_times": 0,
-            "next_check_at": s.next_check_at, "created_at": s.created_at}
-
-
-def _message_rows(messages: Sequence[OutgoingMessage], ids: Sequence[str],
-                  owner: dict[str, Any], for_json: bool = False) -> list[dict[str, Any]]:
-    """The half_message rows of a send; ``owner`` names the transaction (by id and time,
-    or by key on PostgreSQL, where the same statement inserts it and gives its time).
-
-    ``for_json``: rows of a JSON batch, where an absent key reads as NULL: a message
-    without a delay has no delay keys, so that those cost nothing, and a text body of
-    ASCII without NUL travels as it is (``body_text``), not as base64 of its bytes:
-    ASCII is the same bytes in every server encoding, and a JSON string of NUL is not a
-    PostgreSQL text."""
-    rows: list[dict[str, Any]] = [
-        {"message_id": ids[seq], "seq": seq, "topic": m.topic, "tag": m.tag,
-         "keys": orjson.dumps(m.keys).decode(), "properties": orjson.dumps(m.properties).decode(),
-         "body_is_text": m.body_is_text}
-        for seq, m in enumerate(messages)]
-    for row, m in zip(rows, messages, strict=True):
-        row.update(owner)
-        body = m.body
-        if not for_json or body is None or not body.isascii() or "\x00" in body:
-            row["body"] = m.raw_body
-        else:
-            row["body_text"] = body
-        if not for_json or m.deliver_after_ms is not None or m.deliver_at is not None:
-            row["deliver_after_ms"] = m.deliver_after_ms
-            row["deliver_at"] = m.deliver_at
-    return rows
-
-
-@functools.cache
-def _insert_new_txns_stmt() -> Any:
-    return (sqlite.insert(txn)
-            .on_conflict_do_nothing(index_elements=[txn.c.producer_group, txn.c.transaction_id])
-            .returning(txn.c.id, txn.c.producer_group, txn.c.transaction_id))
-
-
-_SEND_TXN_COLUMNS = ("producer_group", "transaction_id", "state", "fingerprint",
-                     "message_count", "check_url", "check_immunity_seconds", "check_times",
-                     "next_check_at", "created_at")
-_SEND_MESSAGE_COLUMNS = ("message_id", "seq", "topic", "tag", "keys", "properties", "body",
-                         "body_is_text", "created_at", "deliver_after_ms", "deliver_at")
-
-_SEND_TXNS = JsonRows("t", [txn.c[n] for n in _SEND_TXN_COLUMNS])
-# each message row names its transaction by key; the INSERT of the transactions gives it
-# its id
-_SEND_MESSAGES = JsonRows("m", [txn.c.producer_group, txn.c.transaction_id,
-                                *(half_message.c[n] for n in _SEND_MESSAGE_COLUMNS
-                                  if n != "created_at"), Column("body_text", Text)])
-
-
-@functools.cache
-def _store_sends_stmt() -> AnySelect:
-    t, m = _SEND_TXNS, _SEND_MESSAGES
-    new = (postgresql.insert(txn)
-           .from_select(list(_SEND_TXN_COLUMNS), select(*(t.col(n) for n in _SEND_TXN_COLUMNS))
-                        .where(exists().where(producer_group.c.name == t.col("producer_group"))))
-           .on_conflict_do_nothing(index_elements=[txn.c.producer_group, txn.c.transaction_id])
-           .returning(txn.c.id, txn.c.producer_group, txn.c.transaction_id,
-                      txn.c.created_at)
-           .cte("new"))
-    # a message's time is its transaction's, not a key of every row
-    body = func.coalesce(m.col("body"), func.convert_to(m.col("body_text"), "UTF8"))
-    placed = (select(new.c.id, *(new.c.created_at if n == "created_at" else
-                                 body if n == "body" else m.col(n)
-                                 for n in _SEND_MESSAGE_COLUMNS))
-              .join_from(m.table, new,
-                         and_(new.c.producer_group == m.col("producer_group"),
-                              new.c.transaction_id == m.col("transaction_id"))))
-    stored = insert(half_message).from_select(["txn_id", *_SEND_MESSAGE_COLUMNS],
-                                              placed).cte("stored")
-    return select(new.c.id, new.c.producer_group, new.c.transaction_id).add_cte(stored)
-
-
-def _store_sends_pg(conn: Connection, sends: Sequence[NewTransaction]) -> dict[Key, int]:
-    messages = _SEND_MESSAGES.joined(
-        s.encoded if s.encoded is not None
-        else _encode_messages(s.group, s.transaction_id, s.messages, s.message_ids)
-        for s in sends)
-    params = {**_SEND_TXNS.param([_txn_row(s) for s in sends]), **messages}
-    return {(r.producer_group, r.transaction_id): r.id
-            for r in conn.execute(_store_sends_stmt(), params)}
 
 
 def mark_held(conn: Connection, txn_id: int, count: int) -> None:

@@ -10,7 +10,7 @@ from sqlalchemy import select
 
 from app.domain.messages import MessageIn
 from app.storage.schema import half_message
-from app.storage.transactions import encoded_messages
+from app.storage.sends import encoded_messages
 from tests.integration.helpers import finish, register, row_counts, send
 
 
