@@ -22,7 +22,7 @@ from app.config import Settings
 from app.domain import spans, states, subscriptions
 from app.domain.callback_policy import CallbackPolicy
 from app.domain.messages import MessageIn, TransactionIn
-from app.domain.names import DISCARD_TOPIC, new_message_id
+from app.domain.names import DISCARD_TOPIC, new_message_ids
 from app.domain.states import Outcome
 from app.domain.trace_context import TraceContext
 from app.domain.wakeups import TopicSignal
@@ -384,8 +384,8 @@ class Lifecycle:
 
     def _send_cmd(self, group: str, request: TransactionIn) -> SendCmd:
         delay = max(self.settings.transaction_timeout_seconds, request.check_immunity_seconds)
-        transaction_id = request.transaction_id or new_message_id()
-        ids = [new_message_id() for _ in request.messages]
+        *ids, server_id = new_message_ids(len(request.messages) + 1)
+        transaction_id = request.transaction_id or server_id
         cmd = SendCmd(group, request, transaction_id, request.fingerprint(), delay, ids)
         if len(ids) < _BUILT_AHEAD:
             return cmd

@@ -12,7 +12,7 @@ from sqlalchemy import Connection, Engine
 
 from app.domain import clock, leasing
 from app.domain.limits import MAX_INT64, offset_plus
-from app.domain.names import new_message_id
+from app.domain.names import new_message_ids
 from app.domain.reads import message_as_read
 from app.domain.subscription_settings import found
 from app.storage import log
@@ -166,12 +166,12 @@ def _dead_letter(conn: Connection, sub: AnyRow, deliveries: dict[int, int], curs
     offsets = sorted(deliveries)
     rows = log.read_at(conn, sub.topic, offsets)
     appended = []
-    for r in rows:
+    for r, copy_id in zip(rows, new_message_ids(len(rows)), strict=True):
         props = orjson.loads(r.properties)
         props.update(REAL_TOPIC=sub.topic, ORIGIN_SUBSCRIPTION=sub.name,
                      ORIGIN_OFFSET=str(r.queue_offset), ORIGIN_MESSAGE_ID=r.message_id,
                      REDELIVERY_COUNT=str(leasing.redelivery_count(deliveries[r.queue_offset])))
-        appended.append({"half_message_id": r.half_message_id, "message_id": new_message_id(),
+        appended.append({"half_message_id": r.half_message_id, "message_id": copy_id,
                          "properties": orjson.dumps(props).decode(), "committed_at": now})
     if appended:
         log.append(conn, sub.dead_letter_topic, appended)

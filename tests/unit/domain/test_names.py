@@ -3,6 +3,11 @@ models, the API, the CLI and Spark ingestion all ask."""
 
 from __future__ import annotations
 
+import itertools
+import re
+import time
+import uuid
+
 import pytest
 
 from app.domain.names import (
@@ -11,6 +16,7 @@ from app.domain.names import (
     check_readable_topic,
     is_internal_topic,
     is_reserved_topic,
+    new_message_id,
 )
 from app.errors import InvalidRequest
 from spark_outbox.plan import select_topics
@@ -39,3 +45,19 @@ def test_the_discard_topic_is_readable_and_internal_ones_are_not() -> None:
 def test_ingestion_leaves_out_the_reserved_topics() -> None:
     known = ["b", DISCARD_TOPIC, f"{SYSTEM_TOPIC_PREFIX}X", "a"]
     assert select_topics(known, None) == ["a", "b"]
+
+
+def test_server_ids_are_uuid7_and_sort_by_when_they_were_made() -> None:
+    made: list[list[str]] = []
+    for _ in range(20):
+        made.append([new_message_id() for _ in range(5)])
+        time.sleep(0.002)  # the next ones are of a later millisecond
+    ids = [i for batch in made for i in batch]
+    assert len(set(ids)) == len(ids)
+    for i in ids:
+        assert re.fullmatch(r"[0-9A-F]{32}", i)
+        parsed = uuid.UUID(hex=i)
+        assert (parsed.version, parsed.variant) == (7, uuid.RFC_4122)
+        assert abs(int(i[:12], 16) - time.time() * 1000) < 60_000  # Unix milliseconds lead
+    # within a millisecond the order is random; across them, it is the order they were made
+    assert all(max(a) < min(b) for a, b in itertools.pairwise(made))
