@@ -28,7 +28,9 @@ _ONE_BODY = ConfigDict(extra="forbid", json_schema_extra={
     "oneOf": [{"required": ["body"]}, {"required": ["body_base64"]}]})
 
 Timestamp = Annotated[datetime, Field(description="RFC 3339, UTC.")]
-MessageId = Annotated[str, Field(description="Server-generated, globally unique.")]
+MessageId = Annotated[str, Field(description=(
+    "Server-generated, globally unique: a UUIDv7 in 32 upper-case hex digits (its first 12 "
+    "are the Unix time in milliseconds it was made). Treat it as an opaque string."))]
 Offset = Annotated[int, Field(ge=0, le=MAX_INT64, description="Dense per topic, from 0.")]
 CheckUrls = Annotated[list[CallbackUrl], Field(min_length=1, max_length=MAX_CHECK_URLS)]
 CheckTimeoutMs = Annotated[int, Field(ge=100, le=60000)]
