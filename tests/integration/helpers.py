@@ -5,11 +5,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, func, select
+from sqlalchemy import Engine, event, func, select
 
 from app.storage import checks, transactions
 from app.storage.db import write_transaction
@@ -31,6 +33,23 @@ def send(client: Any, group: str = "orders-svc", **body: Any) -> Any:
 
 def finish(client: Any, txid: str, op: str, group: str = "orders-svc") -> Any:
     return client.post(f"/v1/producer-groups/{group}/transactions/{txid}/{op}")
+
+
+@contextmanager
+def statements_run(engine: Engine) -> Iterator[list[str]]:
+    """The statements ``engine`` sends meanwhile, each a round trip (not SQLite's BEGIN,
+    which its driver takes with the next statement)."""
+    statements: list[str] = []
+
+    def on_execute(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        if not statement.startswith("BEGIN"):
+            statements.append(statement)
+
+    event.listen(engine, "before_cursor_execute", on_execute)
+    try:
+        yield statements
+    finally:
+        event.remove(engine, "before_cursor_execute", on_execute)
 
 
 def row_counts(engine: Engine) -> dict[str, int]:

@@ -7,11 +7,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from sqlalchemy import event
 
 from app.web import create_app
 from tests.conftest import make_settings
-from tests.integration.helpers import finish, register, send
+from tests.integration.helpers import finish, register, send, statements_run
 
 BUDGET = 1000
 
@@ -75,17 +74,7 @@ def test_a_page_and_its_retained_range_are_read_in_one_statement(small_pages) ->
     client = small_pages
     register(client)
     commit(client, [{"topic": "t", "body": "x"}, {"topic": "t", "body": "y"}])
-    engine = client.application.extensions["txmsg"].engine
-    statements: list[str] = []
-
-    def on_execute(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
-        if not statement.startswith("BEGIN"):  # SQLite's own, not a round trip
-            statements.append(statement)
-
-    event.listen(engine, "before_cursor_execute", on_execute)
-    try:
+    with statements_run(client.application.extensions["txmsg"].engine) as statements:
         assert page(client, 1) == ([1], 2)
         assert page(client, 2) == ([], 2)
-    finally:
-        event.remove(engine, "before_cursor_execute", on_execute)
     assert len(statements) == 2, statements

@@ -4,16 +4,13 @@ statement, and each message once, at its own place in its topic."""
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
-
-from sqlalchemy import event
 
 from app.domain.names import new_message_id
 from app.storage import log
 from app.storage.db import write_transaction
 from app.web import create_app
 from tests.conftest import make_settings
-from tests.integration.helpers import finish, register, send
+from tests.integration.helpers import finish, register, send, statements_run
 
 
 def test_a_transaction_and_its_messages_are_read_in_one_statement(database_url: str) -> None:
@@ -23,21 +20,11 @@ def test_a_transaction_and_its_messages_are_read_in_one_statement(database_url: 
         register(client)
         sent = send(client, messages=[{"topic": "a", "body": "1"}, {"topic": "b", "body": "2"}])
         txid = sent.json["transaction_id"]
-        engine = app.extensions["txmsg"].engine
-        statements: list[str] = []
-
-        def on_execute(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
-            if not statement.startswith("BEGIN"):  # SQLite's own, not a round trip
-                statements.append(statement)
-
-        event.listen(engine, "before_cursor_execute", on_execute)
-        try:
+        with statements_run(app.extensions["txmsg"].engine) as statements:
             prepared = client.get(f"/v1/producer-groups/orders-svc/transactions/{txid}")
             assert finish(client, txid, "commit").status_code == 200
             statements.clear()
             committed = client.get(f"/v1/producer-groups/orders-svc/transactions/{txid}")
-        finally:
-            event.remove(engine, "before_cursor_execute", on_execute)
         assert len(statements) == 1, statements
         assert [(m["topic"], m.get("offset")) for m in prepared.json["messages"]] == [
             ("a", None), ("b", None)]
