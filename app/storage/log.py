@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Select, and_, bindparam, func, or_, select, true
+from sqlalchemy import Connection, Select, bindparam, func, or_, select, true
 
 from app.storage.bulk import among, dialect_insert, insert_rows
 from app.storage.schema import (
@@ -16,6 +16,7 @@ from app.storage.schema import (
     half_message,
     logged_message_id,
     message_log,
+    own_place,
     topic_offset,
     topic_retention,
     txn,
@@ -143,8 +144,7 @@ def get_message(conn: Connection, message_id: str) -> AnyRow | None:
         select(*MESSAGE_COLUMNS, txn.c.transaction_id, txn.c.producer_group,
                txn.c.state, message_log.c.queue_offset, message_log.c.committed_at)
         .join(txn, txn.c.id == half_message.c.txn_id)
-        .outerjoin(message_log, and_(message_log.c.half_message_id == half_message.c.id,
-                                     message_log.c.topic == half_message.c.topic))
+        .outerjoin(message_log, own_place())
         .where(half_message.c.message_id == message_id)
     )
     return conn.execute(stmt).first() or dead_letter_copy(conn, message_id, MESSAGE_COLUMNS)
@@ -196,8 +196,7 @@ def message_preview(conn: Connection, message_id: str, preview_bytes: int) -> An
         select(*BODILESS_COLUMNS, txn.c.transaction_id, txn.c.producer_group, txn.c.state,
                preview, message_log.c.queue_offset, message_log.c.committed_at)
         .join(txn, txn.c.id == half_message.c.txn_id)
-        .outerjoin(message_log, and_(message_log.c.half_message_id == half_message.c.id,
-                                     message_log.c.topic == half_message.c.topic))
+        .outerjoin(message_log, own_place())
         .where(half_message.c.message_id == message_id)
     )
     return conn.execute(stmt).first() or dead_letter_copy(conn, message_id,

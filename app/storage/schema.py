@@ -67,6 +67,7 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
+    and_,
     func,
     text,
 )
@@ -253,6 +254,15 @@ def logged_message_id() -> Any:
     """The id of a committed log row (joined to its half message): a dead-letter copy's
     own, else its half message's."""
     return func.coalesce(message_log.c.message_id, half_message.c.message_id).label("message_id")
+
+def own_place() -> Any:
+    """The join of a half message to its own committed log row: the one its commit
+    appended to its topic, not a discard's (on the discard topic) nor a dead-letter copy's
+    (a message id of its own), which a chain of subscriptions can bring back to the
+    message's own topic."""
+    return and_(message_log.c.half_message_id == half_message.c.id,
+                message_log.c.topic == half_message.c.topic, message_log.c.message_id.is_(None))
+
 
 topic_offset = Table(
     "topic_offset",

@@ -20,6 +20,7 @@ from app.storage.schema import (
     half_message,
     message_log,
     op_log,
+    own_place,
     txn,
 )
 from app.vocabulary import State
@@ -61,16 +62,11 @@ def get_txn(conn: Connection, group: str, transaction_id: str) -> AnyRow | None:
     return find_txns(conn, [(group, transaction_id)]).get((group, transaction_id))
 
 
-# a half message's place in its topic: not a discard (the discard topic) nor a dead-letter
-# copy (a message id of its own), which may come back to the same topic
-_APPENDED_BY_COMMIT = and_(message_log.c.half_message_id == half_message.c.id,
-                           message_log.c.topic == half_message.c.topic,
-                           message_log.c.message_id.is_(None))
 _TXN_AS_READ = (
     select(*TXN_COLUMNS, half_message.c.message_id, half_message.c.topic, half_message.c["keys"],
            half_message.c.tag, half_message.c.properties, message_log.c.queue_offset)
     .select_from(txn.outerjoin(half_message, half_message.c.txn_id == txn.c.id)
-                 .outerjoin(message_log, _APPENDED_BY_COMMIT))
+                 .outerjoin(message_log, own_place()))
     .where(txn.c.producer_group == bindparam("group"),
            txn.c.transaction_id == bindparam("transaction_id"))
     .order_by(half_message.c.seq))
@@ -116,7 +112,7 @@ def messages_of(conn: Connection, txn_ids: Iterable[int],
 _COMMITTED_OFFSETS = (
     select(half_message.c.txn_id, half_message.c.message_id, half_message.c.topic,
            message_log.c.queue_offset)
-    .join(message_log, _APPENDED_BY_COMMIT)
+    .join(message_log, own_place())
 )
 
 

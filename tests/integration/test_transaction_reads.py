@@ -39,8 +39,8 @@ def test_a_transaction_and_its_messages_are_read_in_one_statement(database_url: 
 
 def test_a_dead_letter_copy_back_on_its_topic_is_not_the_message(database_url: str) -> None:
     """A dead-letter copy refers to its source's half message; a chain of subscriptions can
-    bring one back to the source's own topic. The transaction shows its message once, at
-    the offset its commit gave it."""
+    bring one back to the source's own topic. The transaction, and the message read by its
+    id, show it once, at the offset its commit gave it."""
     app = create_app(make_settings(database_url))
     client = app.test_client()
     try:
@@ -58,6 +58,8 @@ def test_a_dead_letter_copy_back_on_its_topic_is_not_the_message(database_url: s
         read = client.get(f"/v1/producer-groups/orders-svc/transactions/{txid}").json
         assert [(m["message_id"], m["offset"]) for m in read["messages"]] == [
             (committed["message_id"], committed["offset"])]
+        message = client.get(f"/v1/messages/{committed['message_id']}").json
+        assert (message["topic"], message["offset"]) == ("a", committed["offset"])
         again = finish(client, txid, "commit").json["messages"]  # a repeated commit's answer
         assert [(m["message_id"], m["offset"]) for m in again] == [
             (committed["message_id"], committed["offset"])]
