@@ -17,6 +17,7 @@ from app.domain.names import (
     is_internal_topic,
     is_reserved_topic,
     new_message_id,
+    new_message_ids,
 )
 from app.errors import InvalidRequest
 from spark_outbox.plan import select_topics
@@ -50,7 +51,7 @@ def test_ingestion_leaves_out_the_reserved_topics() -> None:
 def test_server_ids_are_uuid7_and_sort_by_when_they_were_made() -> None:
     made: list[list[str]] = []
     for _ in range(20):
-        made.append([new_message_id() for _ in range(5)])
+        made.append([*new_message_ids(4), new_message_id()])
         time.sleep(0.002)  # the next ones are of a later millisecond
     ids = [i for batch in made for i in batch]
     assert len(set(ids)) == len(ids)
