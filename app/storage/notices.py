@@ -55,6 +55,7 @@ LISTENER_NAME = "txmsg-listen"
 _LISTEN_SLICE_SECONDS = 0.5
 # how long a look for other processes' listeners holds
 OTHERS_TTL_SECONDS = 1.0
+_NOTIFY = "SELECT pg_notify(%s, %s)"
 _OTHER_LISTENERS = ("SELECT EXISTS (SELECT FROM pg_stat_activity WHERE datname ="
                     " current_database() AND application_name = %s AND pid <> %s)")
 # pauses between two attempts to reconnect, doubled from the first up to the last
@@ -252,7 +253,7 @@ class Publisher:
             try:
                 if self._others_listen(self._conn):
                     for payload in payloads(self.origin, topics):
-                        self._conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, payload))
+                        self._conn.execute(_NOTIFY, (CHANNEL, payload))
                 return
             except psycopg.Error:
                 self._disconnect()
@@ -324,8 +325,7 @@ class Listener:
             try:
                 with _connect(self._url, self._settings, LISTENER_NAME, "") as conn:
                     # no topics: the other processes' publishers learn that one listens
-                    conn.execute("SELECT pg_notify(%s, %s)",
-                                 (CHANNEL, _payload(self._own.origin, [])))
+                    conn.execute(_NOTIFY, (CHANNEL, _payload(self._own.origin, [])))
                     self._own.listening_as(conn.info.backend_pid)
                     conn.execute(f"LISTEN {CHANNEL}")
                     self.listening.set()
