@@ -28,6 +28,7 @@ from app.domain.trace_context import TraceContext
 from app.domain.wakeups import TopicSignal
 from app.errors import ApiError, Conflict, NotFound, UnregisteredProducerGroup
 from app.storage import finishes, groups, notices, sends, transactions
+from app.storage.bulk import Encoded
 from app.storage.db import write_transaction
 from app.storage.sends import NewTransaction
 from app.storage.writer import GroupCommitWriter
@@ -57,7 +58,7 @@ class SendCmd:
     fingerprint: str
     first_check_delay: float
     message_ids: list[str]  # if the send is new (a retried one answers with its first ids)
-    encoded: bytes | None = None  # its messages' rows (``transactions.encoded_messages``)
+    encoded: Encoded | None = None  # its messages' rows (``sends.encoded_messages``)
     listed: list[dict[str, str]] | None = None  # its messages as its answer lists them
 
     def answer_messages(self) -> list[dict[str, str]]:

@@ -9,12 +9,13 @@ index scans. SQLite has no arrays and keeps IN lists and executemany.
 
 from __future__ import annotations
 
-import binascii
 import functools
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
+import psycopg
+from psycopg.types.array import ListBinaryDumper
 from psycopg.types.json import Json
 from sqlalchemy import (
     JSON,
@@ -26,6 +27,7 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    TypeDecorator,
     any_,
     bindparam,
     cast,
@@ -35,6 +37,10 @@ from sqlalchemy import (
     literal,
 )
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.functions import FunctionElement
+from sqlalchemy.sql.visitors import InternalTraversal
+from sqlalchemy.types import NullType
 
 from app.storage.schema import AnySelect, half_message
 
@@ -69,60 +75,124 @@ def key_params(keys: Sequence[Key]) -> dict[str, list[str]]:
     return {"k_groups": [g for g, _ in keys], "k_ids": [t for _, t in keys]}
 
 
+class Encoded(NamedTuple):
+    """Rows of a ``JsonRows`` encoded ahead (``encode``), to be passed with others
+    (``joined``)."""
+
+    json: bytes  # a JSON array of the rows
+    beside: list[list[Any]]  # a list per binary column, a value per row
+
+
 class JsonRows:
     """A batch of rows passed to PostgreSQL as one JSON parameter, read back with
     ``json_to_recordset``: one statement text (parsed and planned once) serves every batch
     size, and the batch is encoded by orjson in one call instead of one parameter per
-    value. Binary columns travel as base64.
+    value.
 
     The rows go to orjson as they are: ``json_to_recordset`` takes the columns it names
     and ignores other keys, so no row is copied to fit. orjson's bytes go to psycopg as
     they are (a ``Json`` whose dump is those bytes), not decoded to a str that psycopg
-    encodes again: a batch of large bodies is held once, not three times."""
+    encodes again.
+
+    Binary columns (bodies) travel beside the JSON, each as one array of the values'
+    bytes that psycopg sends in binary, zipped back to the rows by position (``ROWS
+    FROM``): inside the JSON a body would be parsed twice by the server (the cast to
+    json, then ``json_to_recordset``) and encoded (base64) on the way."""
 
     def __init__(self, alias: str, columns: Sequence[Column[Any]]) -> None:
         self.alias = alias
-        self._binary = {c.name for c in columns if isinstance(c.type, LargeBinary)}
-        record = [column(c.name, Text if c.name in self._binary else c.type) for c in columns]
-        self.table = func.json_to_recordset(cast(bindparam(alias, type_=Text), JSON)) \
-            .table_valued(*record).render_derived(name=alias, with_types=True)
+        self._binary = [c for c in columns if isinstance(c.type, LargeBinary)]
+        record = [column(c.name, c.type) for c in columns if c not in self._binary]
+        rows = cast(bindparam(alias, type_=Text), JSON)
+        if not self._binary:
+            self.table = func.json_to_recordset(rows).table_valued(*record) \
+                .render_derived(name=alias, with_types=True)
+            return
+        arrays = [cast(bindparam(f"{alias}_{c.name}", type_=_AsIs()), postgresql.ARRAY(c.type))
+                  for c in self._binary]
+        self.table = _RowsFrom(_record_definition(record), rows, *arrays).table_valued(
+            *(c.name for c in record), *(c.name for c in self._binary)).render_derived(name=alias)
 
     def col(self, name: str) -> Any:
-        c = self.table.c[name]
-        return func.decode(c, "base64") if name in self._binary else c
+        return self.table.c[name]
 
-    def param(self, rows: Iterable[Mapping[str, Any]]) -> dict[str, Json]:
-        return {self.alias: Json(self.encode(rows if isinstance(rows, list) else list(rows)),
-                                 dumps=_as_is)}
+    def param(self, rows: Iterable[Mapping[str, Any]],
+              beside: Sequence[list[Any]] = ()) -> dict[str, Any]:
+        """The parameters of these rows; ``beside``: a list per binary column."""
+        return self.joined([self.encode(rows if isinstance(rows, list) else list(rows),
+                                        beside)])
 
-    @staticmethod
-    def encode(rows: Sequence[Mapping[str, Any]]) -> bytes:
-        """Rows encoded ahead, to be passed with others by ``joined``."""
-        return orjson.dumps(rows, default=_base64)
+    def encode(self, rows: Sequence[Mapping[str, Any]], beside: Sequence[list[Any]] = ()
+               ) -> Encoded:
+        """Rows (without their binary columns) and their binary columns' values, encoded
+        ahead."""
+        assert len(beside) == len(self._binary)
+        return Encoded(orjson.dumps(rows), list(beside))
 
-    def joined(self, parts: Iterable[bytes]) -> dict[str, Json]:
-        """The parameter of the rows of several ``encode`` results, in order: one of them
+    def joined(self, parts: Iterable[Encoded]) -> dict[str, Any]:
+        """The parameters of the rows of several ``encode`` results, in order: one of them
         passed as it is, several copied once into one array (a send's rows can be most of
         its size: no slice of them is copied on the way)."""
-        arrays = [p for p in parts if len(p) > 2]  # each a JSON array, "[]" if empty
-        if len(arrays) == 1:
-            return {self.alias: Json(arrays[0], dumps=_as_is)}
-        pieces: list[bytes | memoryview] = [b"["]
-        for array in arrays:
-            pieces += (b"," if len(pieces) > 1 else b"", memoryview(array)[1:-1])
-        pieces.append(b"]")
-        return {self.alias: Json(b"".join(pieces), dumps=_as_is)}
+        parts = [p for p in parts if len(p.json) > 2]  # each a JSON array, "[]" if empty
+        if len(parts) == 1:
+            rows = parts[0].json
+        else:
+            pieces: list[bytes | memoryview] = [b"["]
+            for part in parts:
+                pieces += (b"," if len(pieces) > 1 else b"", memoryview(part.json)[1:-1])
+            pieces.append(b"]")
+            rows = b"".join(pieces)
+        params: dict[str, Any] = {self.alias: Json(rows, dumps=_as_is)}
+        for i, c in enumerate(self._binary):
+            values = params[f"{self.alias}_{c.name}"] = BinaryArray()
+            for part in parts:
+                values += part.beside[i]
+        return params
+
+
+class BinaryArray(list[Any]):
+    """A list that psycopg sends as an array in binary (registered below)."""
+
+
+psycopg.adapters.register_dumper(BinaryArray, ListBinaryDumper)
+
+
+class _AsIs(TypeDecorator[Any]):
+    """A parameter handed to psycopg as it is (SQLAlchemy's ARRAY would copy a
+    ``BinaryArray`` into a plain list, which psycopg sends as text)."""
+
+    impl = NullType
+    cache_ok = True
+
+
+class _RowsFrom(FunctionElement[Any]):
+    """``ROWS FROM (json_to_recordset(rows) AS (record), unnest(array), ...)``: the JSON
+    rows zipped with the arrays by position, as one table (PostgreSQL only)."""
+
+    _traverse_internals = [*FunctionElement._traverse_internals,  # noqa: RUF012 (SQLAlchemy's)
+                           ("record", InternalTraversal.dp_string)]
+    inherit_cache = True
+
+    def __init__(self, record: str, rows: Any, *arrays: Any) -> None:
+        self.record = record
+        super().__init__(rows, *arrays)
+
+
+@compiles(_RowsFrom)
+def _compile_rows_from(element: _RowsFrom, compiler: Any, **kw: Any) -> str:
+    rows, *arrays = element.clauses
+    return (f"ROWS FROM (json_to_recordset({compiler.process(rows, **kw)}) AS "
+            f"({element.record}), "
+            + ", ".join(f"unnest({compiler.process(a, **kw)})" for a in arrays) + ")")
+
+
+def _record_definition(record: Sequence[Any]) -> str:
+    types = postgresql.dialect().type_compiler_instance  # type: ignore[no-untyped-call]
+    return ", ".join(f"{c.name} {types.process(c.type)}" for c in record)
 
 
 def _as_is(data: bytes) -> bytes:
     return data
-
-
-def _base64(value: Any) -> str:
-    """orjson's fallback: bytes (a binary column's value) as base64."""
-    if isinstance(value, bytes):
-        return binascii.b2a_base64(value, newline=False).decode()
-    raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
 @functools.cache

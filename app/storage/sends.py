@@ -1,6 +1,7 @@
 """SQL of sends: new transactions with their half messages (txn, half_message), inserted
 only while their producer group is registered and their key is free; on PostgreSQL a
-whole batch of sends is one statement, its message rows one JSON array.
+whole batch of sends is one statement, its message rows one JSON array (their bodies
+one binary array beside).
 
 The rows are built here from what the domain decided (``NewTransaction``), so that the
 domain never spells a column name. Reading them: ``transactions``; finishing them:
@@ -14,10 +15,10 @@ from datetime import datetime
 from typing import Any, NamedTuple, Protocol
 
 import orjson
-from sqlalchemy import Column, Connection, Text, and_, exists, func, insert, select
+from sqlalchemy import Connection, and_, exists, insert, select
 from sqlalchemy.dialects import postgresql, sqlite
 
-from app.storage.bulk import JsonRows, Key, insert_rows, is_pg
+from app.storage.bulk import Encoded, JsonRows, Key, insert_rows, is_pg
 from app.storage.groups import registered
 from app.storage.schema import AnySelect, half_message, producer_group, txn
 from app.vocabulary import State
@@ -59,7 +60,7 @@ class NewTransaction(NamedTuple):
     messages: Sequence[OutgoingMessage]
     message_ids: Sequence[str]
     # its half_message rows as ``encoded_messages`` gave them (None: built when stored)
-    encoded: bytes | None = None
+    encoded: Encoded | None = None
 
 
 def sends_are_one_statement(dialect_name: str) -> bool:
@@ -90,15 +91,15 @@ def store_sends(conn: Connection, sends: Sequence[NewTransaction]) -> dict[Key, 
     for s in kept:
         txn_id = inserted.get((s.group, s.transaction_id))
         if txn_id is not None:
-            message_rows.extend(_message_rows(s.messages, s.message_ids,
-                                              {"txn_id": txn_id, "created_at": s.created_at}))
+            message_rows.extend(_message_rows(s.messages, s.message_ids, txn_id,
+                                              s.created_at))
     insert_rows(conn, half_message, message_rows)
     return inserted
 
 
 def encoded_messages(dialect_name: str, group: str, transaction_id: str,
                      messages: Sequence[OutgoingMessage], message_ids: Sequence[str]
-                     ) -> bytes | None:
+                     ) -> Encoded | None:
     """A send's half_message rows as ``store_sends`` hands them to PostgreSQL (None on
     SQLite, which inserts rows), built ahead: while its request is handled, not in the
     writer that every send of a batch waits for. The batch's time is added there."""
@@ -108,10 +109,20 @@ def encoded_messages(dialect_name: str, group: str, transaction_id: str,
 
 
 def _encode_messages(group: str, transaction_id: str, messages: Sequence[OutgoingMessage],
-                     message_ids: Sequence[str]) -> bytes:
-    return _SEND_MESSAGES.encode(_message_rows(
-        messages, message_ids, {"producer_group": group, "transaction_id": transaction_id},
-        for_json=True))
+                     message_ids: Sequence[str]) -> Encoded:
+    """The rows as JSON, their bodies beside (``JsonRows``); a message without a delay has
+    no delay keys (an absent key reads as NULL), so that those cost nothing."""
+    rows: list[dict[str, Any]] = [
+        {"producer_group": group, "transaction_id": transaction_id,
+         "message_id": message_ids[seq], "seq": seq, "topic": m.topic, "tag": m.tag,
+         "keys": orjson.dumps(m.keys).decode(), "properties": orjson.dumps(m.properties).decode(),
+         "body_is_text": m.body_is_text}
+        for seq, m in enumerate(messages)]
+    for row, m in zip(rows, messages, strict=True):
+        if m.deliver_after_ms is not None or m.deliver_at is not None:
+            row["deliver_after_ms"] = m.deliver_after_ms
+            row["deliver_at"] = m.deliver_at
+    return _SEND_MESSAGES.encode(rows, [[m.raw_body for m in messages]])
 
 
 def _txn_row(s: NewTransaction) -> dict[str, Any]:
@@ -123,31 +134,14 @@ def _txn_row(s: NewTransaction) -> dict[str, Any]:
 
 
 def _message_rows(messages: Sequence[OutgoingMessage], ids: Sequence[str],
-                  owner: dict[str, Any], for_json: bool = False) -> list[dict[str, Any]]:
-    """The half_message rows of a send; ``owner`` names the transaction (by id and time,
-    or by key on PostgreSQL, where the same statement inserts it and gives its time).
-
-    ``for_json``: rows of a JSON batch, where an absent key reads as NULL: a message
-    without a delay has no delay keys, so that those cost nothing, and a text body of
-    ASCII without NUL travels as it is (``body_text``), not as base64 of its bytes:
-    ASCII is the same bytes in every server encoding, and a JSON string of NUL is not a
-    PostgreSQL text."""
-    rows: list[dict[str, Any]] = [
-        {"message_id": ids[seq], "seq": seq, "topic": m.topic, "tag": m.tag,
-         "keys": orjson.dumps(m.keys).decode(), "properties": orjson.dumps(m.properties).decode(),
-         "body_is_text": m.body_is_text}
-        for seq, m in enumerate(messages)]
-    for row, m in zip(rows, messages, strict=True):
-        row.update(owner)
-        body = m.body
-        if not for_json or body is None or not body.isascii() or "\x00" in body:
-            row["body"] = m.raw_body
-        else:
-            row["body_text"] = body
-        if not for_json or m.deliver_after_ms is not None or m.deliver_at is not None:
-            row["deliver_after_ms"] = m.deliver_after_ms
-            row["deliver_at"] = m.deliver_at
-    return rows
+                  txn_id: int, created_at: datetime) -> list[dict[str, Any]]:
+    """The half_message rows of a send, on SQLite."""
+    return [{"txn_id": txn_id, "created_at": created_at, "message_id": ids[seq], "seq": seq,
+             "topic": m.topic, "tag": m.tag, "keys": orjson.dumps(m.keys).decode(),
+             "properties": orjson.dumps(m.properties).decode(), "body": m.raw_body,
+             "body_is_text": m.body_is_text, "deliver_after_ms": m.deliver_after_ms,
+             "deliver_at": m.deliver_at}
+            for seq, m in enumerate(messages)]
 
 
 @functools.cache
@@ -165,10 +159,10 @@ _SEND_MESSAGE_COLUMNS = ("message_id", "seq", "topic", "tag", "keys", "propertie
 
 _SEND_TXNS = JsonRows("t", [txn.c[n] for n in _SEND_TXN_COLUMNS])
 # each message row names its transaction by key; the INSERT of the transactions gives it
-# its id
+# its id (the order of ``_encode_messages``)
 _SEND_MESSAGES = JsonRows("m", [txn.c.producer_group, txn.c.transaction_id,
                                 *(half_message.c[n] for n in _SEND_MESSAGE_COLUMNS
-                                  if n != "created_at"), Column("body_text", Text)])
+                                  if n != "created_at")])
 
 
 @functools.cache
@@ -182,9 +176,7 @@ def _store_sends_stmt() -> AnySelect:
                       txn.c.created_at)
            .cte("new"))
     # a message's time is its transaction's, not a key of every row
-    body = func.coalesce(m.col("body"), func.convert_to(m.col("body_text"), "UTF8"))
-    placed = (select(new.c.id, *(new.c.created_at if n == "created_at" else
-                                 body if n == "body" else m.col(n)
+    placed = (select(new.c.id, *(new.c.created_at if n == "created_at" else m.col(n)
                                  for n in _SEND_MESSAGE_COLUMNS))
               .join_from(m.table, new,
                          and_(new.c.producer_group == m.col("producer_group"),

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import base64
 from datetime import datetime
+from typing import Any
 
-import orjson
-from sqlalchemy import select
+from psycopg import pq
+from psycopg.adapt import PyFormat, Transformer
+from sqlalchemy import event, select
 
-from app.domain.messages import MessageIn
 from app.storage.schema import half_message
-from app.storage.sends import encoded_messages
+from app.web import create_app
+from tests.conftest import make_settings
 from tests.integration.helpers import finish, register, row_counts, send
 
 
@@ -268,9 +270,9 @@ TEXT_BODIES = ["plain ascii {\"a\": [1, 2]}", "", "back\\slash \\x41 \\\\ 'quote
 
 
 def test_every_text_body_is_stored_as_its_utf8_bytes(client, app) -> None:  # type: ignore[no-untyped-def]
-    """On PostgreSQL a text body of ASCII without NUL reaches the database as a JSON
-    string, any other as base64 of its bytes: each is stored as its UTF-8 bytes and read
-    back as sent, in a large send (rows encoded ahead) and in small ones."""
+    """Each text body is stored as its UTF-8 bytes and read back as sent, in a large send
+    (rows encoded ahead) and in small ones: NUL, backslashes, quotes, controls and
+    characters beyond ASCII included."""
     register(client)
     messages = [{"topic": "texts", "body": b} for b in TEXT_BODIES]
     large = send(client, transaction_id="large", messages=messages * 2)
@@ -288,17 +290,29 @@ def test_every_text_body_is_stored_as_its_utf8_bytes(client, app) -> None:  # ty
     assert [(bytes(b), t) for b, t in stored] == [(b.encode(), True) for b in TEXT_BODIES * 3]
 
 
-def test_only_ascii_text_without_nul_travels_as_text() -> None:
-    """What a send's rows carry to PostgreSQL for each body (the rule the test above
-    relies on): the text itself only where it is the same bytes in every server encoding."""
-    bodies = [MessageIn.model_validate({"topic": "t", "body": b}) for b in TEXT_BODIES]
-    binary = MessageIn.model_validate({"topic": "t", "body_base64": "AAE="})
-    rows = orjson.loads(encoded_messages("postgresql", "g", "x", [*bodies, binary],
-                                         [f"m{i}" for i in range(len(bodies) + 1)]) or b"")
-    assert [("body_text" in r, "body" in r) for r in rows] == [
-        (True, False), (True, False), (True, False), (False, True), (False, True),
-        (True, False), (False, True)]
-    assert [r.get("body_text") for r in rows] == [*TEXT_BODIES[:3], None, None,
-                                                  TEXT_BODIES[5], None]
-    assert base64.b64decode(rows[3]["body"]) == TEXT_BODIES[3].encode()
-    assert encoded_messages("sqlite", "g", "x", bodies, ["m"] * len(bodies)) is None
+def test_bodies_reach_postgresql_as_their_bytes_in_binary(postgres_url: str) -> None:
+    """A send's bodies travel to PostgreSQL as one array of their bytes that psycopg
+    sends in binary (not text inside a JSON document, which the server parses twice),
+    for a large send (rows built ahead) and a small one alike."""
+    app = create_app(make_settings(postgres_url))
+    client, engine = app.test_client(), app.extensions["txmsg"].engine
+    sent: list[tuple[Any, Any]] = []
+
+    def on_execute(conn: Any, cursor: Any, statement: str, params: Any, *args: Any) -> None:
+        if "INSERT INTO half_message" in statement:
+            sent.append((cursor, params))
+
+    event.listen(engine, "before_cursor_execute", on_execute)
+    try:
+        register(client)
+        messages = [{"topic": "texts", "body": b} for b in TEXT_BODIES]
+        assert send(client, transaction_id="large", messages=messages * 2).status_code == 201
+        assert send(client, transaction_id="small", messages=messages[:1]).status_code == 201
+    finally:
+        event.remove(engine, "before_cursor_execute", on_execute)
+        app.extensions["txmsg"].close()
+    assert [params["m_body"] for _, params in sent] == [
+        [b.encode() for b in TEXT_BODIES * 2], [TEXT_BODIES[0].encode()]]
+    for cursor, params in sent:
+        dumper = Transformer(cursor).get_dumper(params["m_body"], PyFormat.AUTO)
+        assert dumper.format is pq.Format.BINARY
