@@ -171,7 +171,8 @@ class MessageIn(BaseModel):
             raise _custom("invalid_deliver_at", "give at most one of deliver_after_ms or "
                           "deliver_at")
         try:
-            raw = self.raw_body
+            # the cache of ``raw_body``, filled here: its first read takes a lock (3.11)
+            raw = self.__dict__["raw_body"] = self._decoded_body()
         except (binascii.Error, ValueError):
             if self.body_base64 is None:
                 raise
@@ -188,6 +189,9 @@ class MessageIn(BaseModel):
         Cached in the instance's ``__dict__``, which pydantic leaves to such properties:
         a private attribute cost far more, as pydantic sets private attributes up for
         every instance and reads them through ``__getattr__``."""
+        return self._decoded_body()
+
+    def _decoded_body(self) -> bytes:
         if self.body is not None:
             return self.body.encode()
         assert self.body_base64 is not None  # _one_body: exactly one of the two is given
