@@ -1,8 +1,11 @@
-"""JsonRows: rows encoded ahead and joined are the rows of one parameter."""
+"""JsonRows: rows encoded ahead and joined are the rows of one parameter, their binary
+columns one array each beside it."""
 
 from __future__ import annotations
 
 import orjson
+from psycopg import pq
+from psycopg.adapt import PyFormat, Transformer
 from sqlalchemy import Column, Integer, LargeBinary, Text
 
 from app.storage.bulk import JsonRows
@@ -11,15 +14,26 @@ ROWS = JsonRows("r", [Column("n", Integer), Column("s", Text), Column("b", Large
 
 
 def test_sends_encoded_apart_join_into_the_rows_of_one_parameter() -> None:
-    batches = [[{"n": 1, "s": "é", "b": b"\x00\xff"}], [], [{"n": 2}, {"n": 3, "s": None}]]
-    joined = ROWS.joined(ROWS.encode(rows) for rows in batches)["r"].obj
-    together = ROWS.param([row for rows in batches for row in rows])["r"].obj
-    assert orjson.loads(joined) == orjson.loads(together) == [
-        {"n": 1, "s": "é", "b": "AP8="}, {"n": 2}, {"n": 3, "s": None}]
-    assert orjson.loads(ROWS.joined([])["r"].obj) == []
+    batches = [([{"n": 1, "s": "é"}], [b"\x00\xff"]), ([], []),
+               ([{"n": 2}, {"n": 3, "s": None}], [b"", b"x"])]
+    joined = ROWS.joined(ROWS.encode(rows, [bodies]) for rows, bodies in batches)
+    together = ROWS.param([row for rows, _ in batches for row in rows],
+                          [[b for _, bodies in batches for b in bodies]])
+    assert orjson.loads(joined["r"].obj) == orjson.loads(together["r"].obj) == [
+        {"n": 1, "s": "é"}, {"n": 2}, {"n": 3, "s": None}]
+    assert joined["r_b"] == together["r_b"] == [b"\x00\xff", b"", b"x"]
+    empty = ROWS.joined([])
+    assert orjson.loads(empty["r"].obj) == [] and empty["r_b"] == []
+
+
+def test_binary_columns_are_sent_in_binary() -> None:
+    """psycopg dumps the array of a binary column in binary: the bytes as they are, not
+    hex text that the server decodes."""
+    values = ROWS.param([{"n": 1}], [[b"\x00\xff"]])["r_b"]
+    assert Transformer().get_dumper(values, PyFormat.AUTO).format is pq.Format.BINARY
 
 
 def test_one_encoded_send_is_passed_as_it_is_not_copied() -> None:
     """A large send's rows are most of its size: the parameter holds them, not a copy."""
-    encoded = ROWS.encode([{"n": 1, "b": b"x" * 1000}])
-    assert ROWS.joined([encoded, ROWS.encode([])])["r"].obj is encoded
+    encoded = ROWS.encode([{"n": 1}], [[b"x" * 1000]])
+    assert ROWS.joined([encoded, ROWS.encode([], [[]])])["r"].obj is encoded.json
