@@ -9,6 +9,7 @@ index scans. SQLite has no arrays and keeps IN lists and executemany.
 
 from __future__ import annotations
 
+import collections
 import functools
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
@@ -24,6 +25,7 @@ from sqlalchemy import (
     Connection,
     Engine,
     LargeBinary,
+    Result,
     String,
     Table,
     Text,
@@ -68,6 +70,19 @@ def among(conn: Connection, col: Any, ids: Sequence[int]) -> Any:
     if is_pg(conn):
         return col == any_(literal(list(ids), postgresql.ARRAY(BigInteger)))
     return col.in_(ids)
+
+
+def plain_rows(result: Result[Any]) -> list[Any]:
+    """A result's rows as named tuples, for a result whose every row is read column by
+    column (a page of messages, a receive): a SQLAlchemy ``Row`` reads a column by name
+    through ``__getattr__``, after the normal lookup failed (about 0.3 µs a column), a
+    named tuple from a slot (0.02 µs)."""
+    return list(map(_row_type(tuple(result.keys()))._make, result))
+
+
+@functools.lru_cache(maxsize=64)
+def _row_type(names: tuple[str, ...]) -> Any:
+    return collections.namedtuple("PlainRow", names, rename=True)
 
 
 def key_params(keys: Sequence[Key]) -> dict[str, list[str]]:

@@ -10,7 +10,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Select, bindparam, func, or_, select, true
 
-from app.storage.bulk import among, dialect_insert, insert_rows
+from app.storage.bulk import among, dialect_insert, insert_rows, plain_rows
 from app.storage.schema import (
     AnyRow,
     half_message,
@@ -96,8 +96,8 @@ def read_page(conn: Connection, topic: str, from_offset: int, end: int,
     body sizes summed in offset order, so the bodies a reader receives, and that this
     process holds, stay within the budget.
     """
-    rows = conn.execute(_PAGE, {"topic": topic, "from_offset": from_offset,
-                                "end": end, "max_bytes": max_bytes}).all()
+    rows = plain_rows(conn.execute(_PAGE, {"topic": topic, "from_offset": from_offset,
+                                           "end": end, "max_bytes": max_bytes}))
     return rows[0].first_offset, [r for r in rows if r.queue_offset is not None]
 
 
@@ -105,7 +105,7 @@ def read_at(conn: Connection, topic: str, offsets: Sequence[int]) -> list[AnyRow
     """The committed messages at these offsets (``as_read``), in offset order."""
     if not offsets:
         return []
-    return list(conn.execute(
+    return plain_rows(conn.execute(
         as_read(BODY)
         .where(message_log.c.topic == topic, among(conn, message_log.c.queue_offset, sorted(offsets)))
         .order_by(message_log.c.queue_offset)))

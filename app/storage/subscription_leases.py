@@ -21,7 +21,7 @@ from sqlalchemy import (
     update,
 )
 
-from app.storage.bulk import insert_rows, is_pg
+from app.storage.bulk import insert_rows, is_pg, plain_rows
 from app.storage.log import body_size
 from app.storage.schema import (
     AnyRow,
@@ -212,9 +212,9 @@ def first_deliveries(conn: Connection, topic: str, name: str, now: datetime,
     moved, in one transaction), and an ack committed since only makes the head look less
     acknowledged than it is. A row that changed (a receive that came first, a seek)
     may have rows the snapshot lacks: the cursor then stays for a later statement."""
-    rows = conn.execute(_FIRST_DELIVERIES, {
+    rows = plain_rows(conn.execute(_FIRST_DELIVERIES, {
         "topic": topic, "name": name, "now": now, "max_messages": max_messages,
-        "max_bytes": max_bytes, "max_offset": max_offset, "deliveries": deliveries}).all()
+        "max_bytes": max_bytes, "max_offset": max_offset, "deliveries": deliveries}))
     head = rows[0]
     if not head.plain or (head.queue_offset is None and head.delayed):
         return None

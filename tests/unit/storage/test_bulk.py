@@ -1,14 +1,14 @@
 """JsonRows: rows encoded ahead and joined are the rows of one parameter, their binary
-columns one array each beside it."""
+columns one array each beside it. plain_rows: rows copied to named tuples."""
 
 from __future__ import annotations
 
 import orjson
 from psycopg import pq
 from psycopg.adapt import PyFormat, Transformer
-from sqlalchemy import Column, Integer, LargeBinary, Text
+from sqlalchemy import Column, Integer, LargeBinary, Text, create_engine, literal, select
 
-from app.storage.bulk import JsonRows
+from app.storage.bulk import JsonRows, plain_rows
 
 ROWS = JsonRows("r", [Column("n", Integer), Column("s", Text), Column("b", LargeBinary)])
 
@@ -37,3 +37,16 @@ def test_one_encoded_send_is_passed_as_it_is_not_copied() -> None:
     """A large send's rows are most of its size: the parameter holds them, not a copy."""
     encoded = ROWS.encode([{"n": 1}], [[b"x" * 1000]])
     assert ROWS.joined([encoded, ROWS.encode([], [[]])])["r"].obj is encoded.json
+
+
+def test_plain_rows_read_as_the_rows_they_copy() -> None:
+    """Named tuples of a result's rows: the same values by name and by place, whatever
+    the columns are called (here after tuple methods, and a label SQLAlchemy made)."""
+    engine = create_engine("sqlite://")
+    stmt = select(literal(1).label("count"), literal("x").label("index"),
+                  literal(None).label("keys"), literal(2) + 3)
+    with engine.connect() as conn:
+        rows = conn.execute(stmt).all()
+        plain = plain_rows(conn.execute(stmt))
+    assert plain == [tuple(r) for r in rows] == [(1, "x", None, 5)]
+    assert (plain[0].count, plain[0].index, plain[0].keys) == (rows[0].count, "x", None)
