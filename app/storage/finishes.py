@@ -27,7 +27,16 @@ from sqlalchemy import (
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.dialects.postgresql import aggregate_order_by
 
-from app.storage.bulk import KEYS, TXN_IDS, JsonRows, Key, insert_rows, is_pg, key_params
+from app.storage.bulk import (
+    KEYS,
+    TXN_IDS,
+    JsonRows,
+    Key,
+    insert_rows,
+    is_pg,
+    key_params,
+    plain_rows,
+)
 from app.storage.schema import (
     AnyRow,
     AnySelect,
@@ -102,7 +111,7 @@ def lock_txns(conn: Connection, keys: Iterable[Key]
         result = conn.execute(_lock_txns_stmt(True), key_params(keys))
     rows: dict[Key, AnyRow] = {}
     messages: dict[int, list[Published]] = {}
-    for r in result.all():
+    for r in plain_rows(result):
         rows[(r.producer_group, r.transaction_id)] = r
         messages[r.id] = [Published(r.id, m_id, message_id, topic, properties, after_ms,
                                     None if at is None else _utc(at))
