@@ -77,7 +77,7 @@ def plain_rows(result: Result[Any]) -> list[Any]:
     column (a page of messages, a receive): a SQLAlchemy ``Row`` reads a column by name
     through ``__getattr__``, after the normal lookup failed (about 0.3 µs a column), a
     named tuple from a slot (0.02 µs)."""
-    return list(map(_row_type(tuple(result.keys()))._make, result))
+    return list(map(_row_type(tuple(result.keys()))._make, result.all()))  # one fetchall
 
 
 @functools.lru_cache(maxsize=64)
