@@ -41,21 +41,19 @@ def rows_at(conn: Connection, sub_id: int, offsets: Iterable[int]) -> list[AnyRo
         return []
     return list(conn.execute(locking_offsets(conn, (
         select(so).where(so.c.subscription_id == sub_id, so.c.held_by.is_(None),
-                         _at(conn, wanted)).order_by(so.c.queue_offset)))))
+                         _at_these(conn, wanted)).order_by(so.c.queue_offset)))))
 
 
-def _at(conn: Connection, wanted: Sequence[int]) -> Any:
-    """At these offsets (sorted), also bounded by the first and the last: a range the
-    planner takes for the primary key's index without statistics, where the list alone
-    let it read every row of the subscription."""
-    return and_(so.c.queue_offset.between(wanted[0], wanted[-1]),
-                among(conn, so.c.queue_offset, wanted))
+def _at(first: Any, last: Any, listed: Any) -> Any:
+    """At the offsets ``listed`` (a condition), also bounded by the first and the last: a
+    range the planner takes for the primary key's index without statistics, where the
+    list alone let it read every row of the subscription."""
+    return and_(so.c.queue_offset.between(first, last), listed)
 
 
-# ``_at`` as parameters (PostgreSQL): of a statement built once
-_AT_PARAMS = and_(so.c.queue_offset.between(bindparam("a_first"), bindparam("a_last")),
-                  so.c.queue_offset == any_(bindparam("a_offsets",
-                                                      type_=postgresql.ARRAY(BigInteger))))
+def _at_these(conn: Connection, wanted: Sequence[int]) -> Any:
+    """``_at`` these offsets (sorted)."""
+    return _at(wanted[0], wanted[-1], among(conn, so.c.queue_offset, wanted))
 
 
 def acknowledge(conn: Connection, sub_id: int, offsets: Iterable[int]) -> int:
@@ -65,14 +63,15 @@ def acknowledge(conn: Connection, sub_id: int, offsets: Iterable[int]) -> int:
     wanted = sorted(set(offsets))
     if not wanted:
         return 0
-    return int(conn.execute(_acknowledging(conn, sub_id, _at(conn, wanted))).rowcount)
+    return int(conn.execute(_acknowledging(conn, sub_id, _at_these(conn, wanted))).rowcount)
 
 
 def _acknowledging(conn: Connection | None, sub_id: Any, at: Any) -> Any:
-    """The delete of the offset rows ``at`` (a condition); ``conn`` None: PostgreSQL's."""
+    """The delete of the offset rows ``at`` (a condition); ``conn`` None: PostgreSQL's,
+    built once."""
     free = and_(so.c.subscription_id == sub_id, so.c.held_by.is_(None))
-    locked = select(so.c.queue_offset).where(free, at).order_by(so.c.queue_offset)
-    locked = locked.with_for_update(of=so) if conn is None else locking_offsets(conn, locked)
+    locked = locking_offsets(conn, select(so.c.queue_offset).where(free, at)
+                             .order_by(so.c.queue_offset))
     return delete(so).where(free, so.c.queue_offset.in_(locked))
 
 
@@ -98,6 +97,8 @@ def _acknowledge_named_stmt() -> Any:
     named = and_(subscription.c.topic == bindparam("a_topic"),
                  subscription.c.name == bindparam("a_name"))
     sub_id = select(subscription.c.id).where(named).scalar_subquery()
-    gone = _acknowledging(None, sub_id, _AT_PARAMS).returning(so.c.queue_offset).cte("gone")
+    at = _at(bindparam("a_first"), bindparam("a_last"), so.c.queue_offset == any_(
+        bindparam("a_offsets", type_=postgresql.ARRAY(BigInteger))))
+    gone = _acknowledging(None, sub_id, at).returning(so.c.queue_offset).cte("gone")
     return select(subscription, select(func.count()).select_from(gone)
                   .scalar_subquery().label("acked")).where(named)

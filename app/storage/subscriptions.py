@@ -56,9 +56,10 @@ from app.storage.schema import (
 so = subscription_offset
 
 
-def locking_offsets(conn: Connection, stmt: Select[Any]) -> Select[Any]:
-    """``stmt`` locking the offset rows it reads (PostgreSQL; SQLite's writers take turns)."""
-    return stmt.with_for_update(of=so) if is_pg(conn) else stmt
+def locking_offsets(conn: Connection | None, stmt: Select[Any]) -> Select[Any]:
+    """``stmt`` locking the offset rows it reads (PostgreSQL; SQLite's writers take turns).
+    ``conn`` None: for PostgreSQL, a statement built once."""
+    return stmt.with_for_update(of=so) if conn is None or is_pg(conn) else stmt
 
 
 def get(conn: Connection, topic: str, name: str, *, lock: bool = False) -> AnyRow | None:
