@@ -91,8 +91,8 @@ def store_sends(conn: Connection, sends: Sequence[NewTransaction]) -> dict[Key, 
     for s in kept:
         txn_id = inserted.get((s.group, s.transaction_id))
         if txn_id is not None:
-            message_rows.extend(_message_rows(s.messages, s.message_ids, txn_id,
-                                              s.created_at))
+            message_rows.extend(_message_rows(s.messages, s.message_ids,
+                                              {"txn_id": txn_id, "created_at": s.created_at}))
     insert_rows(conn, half_message, message_rows)
     return inserted
 
@@ -110,19 +110,10 @@ def encoded_messages(dialect_name: str, group: str, transaction_id: str,
 
 def _encode_messages(group: str, transaction_id: str, messages: Sequence[OutgoingMessage],
                      message_ids: Sequence[str]) -> Encoded:
-    """The rows as JSON, their bodies beside (``JsonRows``); a message without a delay has
-    no delay keys (an absent key reads as NULL), so that those cost nothing."""
-    rows: list[dict[str, Any]] = [
-        {"producer_group": group, "transaction_id": transaction_id,
-         "message_id": message_ids[seq], "seq": seq, "topic": m.topic, "tag": m.tag,
-         "keys": orjson.dumps(m.keys).decode(), "properties": orjson.dumps(m.properties).decode(),
-         "body_is_text": m.body_is_text}
-        for seq, m in enumerate(messages)]
-    for row, m in zip(rows, messages, strict=True):
-        if m.deliver_after_ms is not None or m.deliver_at is not None:
-            row["deliver_after_ms"] = m.deliver_after_ms
-            row["deliver_at"] = m.deliver_at
-    return _SEND_MESSAGES.encode(rows, [[m.raw_body for m in messages]])
+    """The rows as JSON, their bodies beside (``JsonRows``)."""
+    return _SEND_MESSAGES.encode(_message_rows(
+        messages, message_ids, {"producer_group": group, "transaction_id": transaction_id},
+        for_json=True), [[m.raw_body for m in messages]])
 
 
 def _txn_row(s: NewTransaction) -> dict[str, Any]:
@@ -134,14 +125,26 @@ def _txn_row(s: NewTransaction) -> dict[str, Any]:
 
 
 def _message_rows(messages: Sequence[OutgoingMessage], ids: Sequence[str],
-                  txn_id: int, created_at: datetime) -> list[dict[str, Any]]:
-    """The half_message rows of a send, on SQLite."""
-    return [{"txn_id": txn_id, "created_at": created_at, "message_id": ids[seq], "seq": seq,
-             "topic": m.topic, "tag": m.tag, "keys": orjson.dumps(m.keys).decode(),
-             "properties": orjson.dumps(m.properties).decode(), "body": m.raw_body,
-             "body_is_text": m.body_is_text, "deliver_after_ms": m.deliver_after_ms,
-             "deliver_at": m.deliver_at}
-            for seq, m in enumerate(messages)]
+                  owner: dict[str, Any], for_json: bool = False) -> list[dict[str, Any]]:
+    """The half_message rows of a send; ``owner`` names the transaction (by id and time,
+    or by key on PostgreSQL, where the same statement inserts it and gives its time).
+
+    ``for_json``: rows of a JSON batch, where an absent key reads as NULL: a message
+    without a delay has no delay keys, so that those cost nothing, and no row has its
+    body, which travels beside the rows (``JsonRows``)."""
+    rows: list[dict[str, Any]] = [
+        {"message_id": ids[seq], "seq": seq, "topic": m.topic, "tag": m.tag,
+         "keys": orjson.dumps(m.keys).decode(), "properties": orjson.dumps(m.properties).decode(),
+         "body_is_text": m.body_is_text}
+        for seq, m in enumerate(messages)]
+    for row, m in zip(rows, messages, strict=True):
+        row.update(owner)
+        if not for_json:
+            row["body"] = m.raw_body
+        if not for_json or m.deliver_after_ms is not None or m.deliver_at is not None:
+            row["deliver_after_ms"] = m.deliver_after_ms
+            row["deliver_at"] = m.deliver_at
+    return rows
 
 
 @functools.cache
@@ -159,7 +162,7 @@ _SEND_MESSAGE_COLUMNS = ("message_id", "seq", "topic", "tag", "keys", "propertie
 
 _SEND_TXNS = JsonRows("t", [txn.c[n] for n in _SEND_TXN_COLUMNS])
 # each message row names its transaction by key; the INSERT of the transactions gives it
-# its id (the order of ``_encode_messages``)
+# its id; the bodies travel beside the rows, in their order (``_encode_messages``)
 _SEND_MESSAGES = JsonRows("m", [txn.c.producer_group, txn.c.transaction_id,
                                 *(half_message.c[n] for n in _SEND_MESSAGE_COLUMNS
                                   if n != "created_at")])
