@@ -30,6 +30,7 @@ from pydantic_core import PydanticCustomError
 from app.domain.callback_policy import CallbackPolicy, CallbackUrlError
 from app.domain.limits import MAX_DELAY_MS, MAX_INT64, latest_delivery
 from app.domain.names import (
+    NAME_MAX_LENGTH,
     NAME_PATTERN,
     Name,
     TopicName,
@@ -86,6 +87,16 @@ def _callback_url(url: str, info: ValidationInfo) -> str:
         raise _custom(exc.code, str(exc)) from None
 
 
+@functools.lru_cache(maxsize=1024)
+def _send_topic_refusal(topic: str) -> str | None:
+    """The code refusing a send to ``topic``, or None. Cached: the messages of a send
+    mostly name one topic, and each is checked (``MessageIn._topic`` looks up only names
+    short enough to be valid, so that the cache holds short strings only)."""
+    if not is_valid_name(topic):
+        return "invalid_topic"
+    return "reserved_topic" if is_reserved_topic(topic) else None
+
+
 class MessageIn(BaseModel):
     """Exactly one of `body` or `body_base64`; the body (after base64 decoding) is at most
     TXMSG_MAX_BODY_BYTES, else 413."""
@@ -137,10 +148,11 @@ class MessageIn(BaseModel):
     @field_validator("topic")
     @classmethod
     def _topic(cls, topic: str) -> str:
-        if not is_valid_name(topic):
-            raise _custom("invalid_topic", f"topic {topic!r} must match {NAME_PATTERN}")
-        if is_reserved_topic(topic):
-            raise _custom("reserved_topic", f"topic {topic!r} is reserved and cannot be sent to")
+        refusal = "invalid_topic" if len(topic) > NAME_MAX_LENGTH else _send_topic_refusal(topic)
+        if refusal == "invalid_topic":
+            raise _custom(refusal, f"topic {topic!r} must match {NAME_PATTERN}")
+        if refusal is not None:
+            raise _custom(refusal, f"topic {topic!r} is reserved and cannot be sent to")
         return topic
 
     @field_validator("tag")
@@ -172,7 +184,8 @@ class MessageIn(BaseModel):
                           "deliver_at")
         try:
             # the cache of ``raw_body``, filled here: its first read takes a lock (3.11)
-            raw = self.__dict__["raw_body"] = self._decoded_body()
+            raw = self.__dict__["raw_body"] = (self.body.encode() if self.body is not None
+                                                 else self._decoded_body())
         except (binascii.Error, ValueError):
             if self.body_base64 is None:
                 raise

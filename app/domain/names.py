@@ -11,7 +11,8 @@ from pydantic import Field, StrictStr
 
 from app.errors import InvalidRequest
 
-NAME_PATTERN = r"^[A-Za-z0-9_%|-]{1,127}$"
+NAME_MAX_LENGTH = 127
+NAME_PATTERN = rf"^[A-Za-z0-9_%|-]{{1,{NAME_MAX_LENGTH}}}$"
 _NAME_RE = re.compile(NAME_PATTERN)
 DISCARD_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
 SYSTEM_TOPIC_PREFIX = "RMQ_SYS_"

@@ -61,6 +61,7 @@ class Published(NamedTuple):
     deliver_at: datetime | None
 
 
+_new_tuple = tuple.__new__
 _PUBLISHED = (half_message.c.id, half_message.c.message_id, half_message.c.topic,
               half_message.c.properties, half_message.c.deliver_after_ms,
               half_message.c.deliver_at)
@@ -113,8 +114,9 @@ def lock_txns(conn: Connection, keys: Iterable[Key]
     messages: dict[int, list[Published]] = {}
     for r in plain_rows(result):
         rows[(r.producer_group, r.transaction_id)] = r
-        messages[r.id] = [Published(r.id, m_id, message_id, topic, properties, after_ms,
-                                    None if at is None else _utc(at))
+        # tuple.__new__: a NamedTuple's own __new__ is a Python function, a third of the cost
+        messages[r.id] = [_new_tuple(Published, (r.id, m_id, message_id, topic, properties,
+                                                 after_ms, None if at is None else _utc(at)))
                           for m_id, message_id, topic, properties, after_ms, at
                           in (orjson.loads(r.m) if r.m is not None else ())]
     return rows, messages
