@@ -8,7 +8,7 @@ from functools import partial
 from flask import Flask
 from sqlalchemy import Engine
 
-from app import tracing, ui
+from app import heap, tracing, ui
 from app.api import access, bodies, flask_routes, telemetry
 from app.api.asgi import Api
 from app.config import Settings
@@ -87,11 +87,15 @@ def app_from_env() -> Flask:
     """WSGI entry point, for a WSGI server (settings from TXMSG_* variables)."""
     die_with_parent()
     tracing.install()
-    return create_app(cross_process=True)
+    app = create_app(cross_process=True)
+    heap.settle()
+    return app
 
 
 def asgi_from_env() -> Api:
     """ASGI entry point, as ``txmsg serve`` runs it (settings from TXMSG_* variables)."""
     die_with_parent()
     tracing.install()
-    return Api(create_app(cross_process=True))
+    api = Api(create_app(cross_process=True))
+    heap.settle()
+    return api
