@@ -184,8 +184,7 @@ class MessageIn(BaseModel):
                           "deliver_at")
         try:
             # the cache of ``raw_body``, filled here: its first read takes a lock (3.11)
-            raw = self.__dict__["raw_body"] = (self.body.encode() if self.body is not None
-                                                 else self._decoded_body())
+            raw = self.__dict__["raw_body"] = self._decoded_body()
         except (binascii.Error, ValueError):
             if self.body_base64 is None:
                 raise
