@@ -70,3 +70,15 @@ def test_unit_tests_mirror_the_tree() -> None:
                        / f"{path.stem.removeprefix('test_')}.py").is_file()]
     assert strays == []
     assert {p.name for p in unit.glob("test_*.py")} >= PROJECT_FILE_TESTS
+
+
+def test_the_development_guide_names_every_module() -> None:
+    """``docs/development.md`` is where a maintainer learns what each module holds and may
+    import: a module added without a line there fails here."""
+    root = TESTS.parent
+    guide = (root / "docs" / "development.md").read_text()
+    unnamed = [str(path.relative_to(root))
+               for package in ("app", "checker", "spark_outbox")
+               for path in sorted((root / package).rglob("*.py"))
+               if path.name != "__init__.py" and path.name not in guide]
+    assert unnamed == []
