@@ -5,6 +5,9 @@ connection sends, commits and reads one message at a time: each request's latenc
 (p50, p99) and the service's CPU per request by route (the server's process tree's CPU
 time over the phase, divided by its requests). A lone request must not wait for a batch
 to form; the writers' mean batch size over the run (from /metrics) shows whether any did.
+Beside them, in the same rounds, the floors: PostgreSQL alone from psycopg (a durable
+one-row INSERT, a SELECT by key) and Granian alone (``bench.bare_asgi``: an ASGI app that
+answers at once, its latency and CPU per request).
 
     python -m bench.lone [--requests 2000] [--rounds 3] [--tree DIR ...]
 
@@ -22,9 +25,11 @@ import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import psycopg
 
+from bench.bare_asgi import serve_bare
 from bench.client import GROUP, TOPIC, Connection, Producer, batch_stats, register
 from bench.pgdb import bench_database, libpq_url, truncate_all
 from bench.procs import cpu_seconds, tree
@@ -40,6 +45,11 @@ class Reader(Connection):
 
     def get_transaction(self, txid: str) -> None:
         self._post(f"/v1/producer-groups/{GROUP}/transactions/{txid}", None, 200, method="GET")
+
+
+class Caller(Connection):
+    def get(self, path: str) -> None:
+        self._post(path, None, 200, method="GET")
 
 
 def _timed(n: int, request: Callable[[int], None]) -> dict[str, float]:
@@ -76,6 +86,21 @@ def floors(url: str, n: int) -> dict[str, dict[str, float]]:
             conn.rollback()
             conn.execute("DROP TABLE lone_floor")
             conn.commit()
+
+
+def http_floor(n: int) -> dict[str, dict[str, float]]:
+    """The web server's own floor for one client: a bare ASGI app's answer
+    (``bench.bare_asgi``), its latency and the server's CPU per request."""
+    server = serve_bare()
+    try:
+        client = Caller(server.port)
+        for _ in range(WARMUP):
+            client.get("/")
+        answer = _phase(server, n, lambda i: client.get("/"))
+        client.close()
+        return {"bare ASGI answer": answer}
+    finally:
+        server.stop()
 
 
 def _phase(server: Server, n: int, request: Callable[[int], None]) -> dict[str, float]:
@@ -129,6 +154,36 @@ def _uptime() -> str:
     return subprocess.run(["uptime"], capture_output=True, text=True, check=False).stdout.strip()
 
 
+FLOORS = ("PostgreSQL alone (psycopg, the floor)", "Granian alone (a bare ASGI app, the floor)")
+_FIGURES = ("p50_ms", "p99_ms", "mean_ms", "cpu_ms")
+
+
+def run(requests: int, rounds: int, trees: list[str | None] | None = None,
+        progress: Callable[[str], object] = lambda line: None
+        ) -> dict[str, dict[str, Any]]:
+    """Interleaved rounds in a database of its own: by tree (``None``: this one), then the
+    two floors, each route's median of its rounds (p50, p99, mean latency; CPU per request)
+    and, for a tree, its writers' mean batch in the last round."""
+    trees = trees or [None]
+    runs: dict[str, list[dict[str, dict[str, float]]]] = {
+        name: [] for name in [t or "this tree" for t in trees] + list(FLOORS)}
+    with bench_database() as url:
+        for r in range(rounds):
+            runs[FLOORS[0]].append(floors(url, requests))
+            runs[FLOORS[1]].append(http_floor(requests))
+            for t in trees:
+                runs[t or "this tree"].append(one_round(url, t, requests))
+                progress(f"round {r + 1} {t or 'this tree'} done")
+    out: dict[str, dict[str, Any]] = {}
+    for name, measured in runs.items():
+        out[name] = {route: {k: statistics.median(x[route].get(k, float("nan")) for x in measured)
+                             for k in _FIGURES}
+                     for route in measured[0] if route != "mean batch"}
+        if "mean batch" in measured[-1]:
+            out[name]["mean batch"] = measured[-1]["mean batch"]
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--requests", type=int, default=2000)
@@ -138,28 +193,17 @@ def main() -> None:
     args = parser.parse_args()
     trees: list[str | None] = [str(Path(t).resolve()) for t in args.tree] or [None]
     print("uptime:", _uptime())
-    results: dict[str | None, list[dict[str, dict[str, float]]]] = {t: [] for t in trees}
-    floor: list[dict[str, dict[str, float]]] = []
-    with bench_database() as url:
-        for r in range(args.rounds):
-            floor.append(floors(url, args.requests))
-            for t in trees:
-                results[t].append(one_round(url, t, args.requests))
-                print(f"round {r + 1} {t or 'this tree'} done", flush=True)
-    results["PostgreSQL alone (psycopg, the floor)"] = floor
+    results = run(args.requests, args.rounds, trees, lambda line: print(line, flush=True))
     print("uptime:", _uptime())
-    for t, rounds in results.items():
-        print(f"\n{t or 'this tree'}: median of {len(rounds)} rounds, {args.requests} requests "
-              "each, one client")
+    for name, routes in results.items():
+        print(f"\n{name}: median of {args.rounds} rounds, {args.requests} requests each, "
+              "one client")
         print(f"  {'route':<18}{'p50 ms':>9}{'p99 ms':>9}{'mean ms':>9}{'CPU ms':>9}")
-        for route in rounds[0]:
-            if route == "mean batch":
-                continue
-            row = [statistics.median(x[route].get(k, float("nan")) for x in rounds)
-                   for k in ("p50_ms", "p99_ms", "mean_ms", "cpu_ms")]
-            print(f"  {route:<18}" + "".join(f"{v:>9.3f}" for v in row))
-        if "mean batch" in rounds[-1]:
-            print("  mean group-commit batch:", rounds[-1]["mean batch"])
+        for route, figures in routes.items():
+            if route != "mean batch":
+                print(f"  {route:<18}" + "".join(f"{figures[k]:>9.3f}" for k in _FIGURES))
+        if "mean batch" in routes:
+            print("  mean group-commit batch:", routes["mean batch"])
 
 
 if __name__ == "__main__":

@@ -14,6 +14,9 @@ measures, with the same N client threads throughout:
   (h) delivery latency p50/p99, from a commit's answer to a long-polling receive getting
       the message, at half the (b) peak; and 500 idle long polls: the service's RSS and
       CPU over 10 s with them and without
+  (l) one client, one request at a time (``bench.lone``, in a database of its own): each
+      route's latency and the service's CPU per request, beside the floors (PostgreSQL
+      alone, and a bare ASGI app on Granian)
   plus the checker's RSS working a 100k backlog, and ``bench.ingest`` when present;
   and retention (``bench.retention``): (b) and (d) with the retention job deleting as
   fast as they write against the same runs without it, and 10M expired rows emptied
@@ -47,7 +50,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from bench import consume, machine, pgqueuer_load, raw, txmsg_load
+from bench import consume, lone, machine, pgqueuer_load, raw, txmsg_load
 from bench.pgdb import admin_url, bench_database, libpq_url
 from bench.procs import Sampler, summarise
 from bench.service import gunicorn, gunicorn_available, serve, serve_with_access_control
@@ -67,7 +70,10 @@ GOALS = {"b_over_a": (">=", 0.25), "d_over_c": (">=", 0.3), "f_scan_ratio": ("<=
          "g_over_d": (">=", 1.0), "delivery_p99_ms": ("<=", 50.0),
          # issue #24: txmsg against PgQueuer on the same machine and server
          "b_over_pgqueuer_single": (">=", 0.7), "d_over_pgqueuer_batched": (">=", 0.6),
-         "g_over_pgqueuer_consume": (">=", 1.3)}
+         "g_over_pgqueuer_consume": (">=", 1.3),
+         # issue #24: one client (l), and the service's CPU per pair in (b)
+         "lone_pair_p50_ms": ("<=", 1.5), "lone_read_p50_ms": ("<=", 1.0),
+         "b_service_cpu_ms_per_pair": ("<=", 0.2)}
 
 # The comparison with PgQueuer: per measure, the result each side's figure comes from
 COMPARED = {
@@ -104,6 +110,7 @@ class Plan:
     idle_polls: int = 500
     idle_seconds: float = 10.0
     sweep_clients: tuple[int, ...] = (1, 4, 16, CLIENTS)  # publish one at a time, (p)
+    lone_requests: int = 1_000     # (l), per route and round
     compare_gunicorn: bool = False
     retention_only: bool = False
     subscriptions_only: bool = False
@@ -115,7 +122,8 @@ QUICK = Plan(seconds=1.5, warmup=0.5, rounds=1, paced_seconds=3.0, due_resolved=
              due_pending=1_000, due_repeats=10, checker_backlog=2_000,
              checker_reference_backlog=200, checker_seconds=3.0, ingest_rows=1_000, ingest_rounds=1,
              retention_rounds=1, retention_drain_rows=20_000, latency_seconds=3.0,
-             idle_polls=50, idle_seconds=2.0, sweep_clients=(1, 8), quick=True)
+             idle_polls=50, idle_seconds=2.0, sweep_clients=(1, 8), lone_requests=50,
+             quick=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -264,6 +272,8 @@ def _phases(plan: Plan, admin: str, db: str, pgq_db: str, results: dict[str, Any
             phase("latency_by_concurrency", lambda: _sweep(plan, server, pgq_db))
         if plan.pgqueuer_only:
             return
+        if not (plan.subscriptions_only or plan.retention_only):
+            phase("l_one_client", lambda: lone.run(plan.lone_requests, plan.rounds))
         b = results.get("b_txmsg_send_commit")
         if server is not None and b and not plan.subscriptions_only:
             phase("e_commit_latency_half_peak",
@@ -466,6 +476,10 @@ def _ratios(r: dict[str, Any]) -> dict[str, Any]:
                                         "txmsg_over_pgqueuer"),
         "g_over_pgqueuer_consume": _get(r, "pgqueuer_comparison", "consume",
                                         "txmsg_over_pgqueuer"),
+        "lone_pair_p50_ms": _get(r, "l_one_client", "this tree", "send + commit", "p50_ms"),
+        "lone_read_p50_ms": _get(r, "l_one_client", "this tree", "read one", "p50_ms"),
+        "b_service_cpu_ms_per_pair": _get(r, "b_txmsg_send_commit", "cpu_ms_per_unit",
+                                          "service"),
         "g_over_d": _ratio(_get(r, "g_receive_ack", "messages_per_second"),
                            _get(r, "d_txmsg_batch_send_commit", "messages_per_second")),
         "delivery_p50_ms": _get(r, "h_delivery_latency_half_peak", "delivery_ms", "p50"),
@@ -525,6 +539,17 @@ def _summary(r: dict[str, Any], out_path: Path) -> None:
         ("(e) commit p50 / p99 ms at half peak",
          (f"{_get(r, 'e_commit_latency_half_peak', 'commit_ms', 'p50')} / "
          f"{_get(r, 'e_commit_latency_half_peak', 'commit_ms', 'p99')}")),
+        ("(l) one client p50 ms: send / commit / read one",
+         " / ".join(str(_round(_get(r, "l_one_client", "this tree", route, "p50_ms")))
+                    for route in ("send", "commit", "read one"))),
+        ("(l) service CPU ms per request: send / commit / read",
+         " / ".join(str(_round(_get(r, "l_one_client", "this tree", route, "cpu_ms")))
+                    for route in ("send", "commit", "read one"))),
+        ("(l) floors p50 ms: INSERT+COMMIT / bare ASGI",
+         (f"{_round(_get(r, 'l_one_client', lone.FLOORS[0], 'INSERT + COMMIT', 'p50_ms'))} / "
+          f"{_round(_get(r, 'l_one_client', lone.FLOORS[1], 'bare ASGI answer', 'p50_ms'))} "
+          f"(bare ASGI CPU "
+          f"{_round(_get(r, 'l_one_client', lone.FLOORS[1], 'bare ASGI answer', 'cpu_ms'))})")),
         ("retention: (b) / (d) on over off",
          (f"{_get(r, 'retention_throughput', 'b_on_over_off')} / "
           f"{_get(r, 'retention_throughput', 'd_on_over_off')}")),
@@ -583,6 +608,10 @@ def _summary(r: dict[str, Any], out_path: Path) -> None:
     for name, err in r["errors"].items():
         print(f"  ERROR in {name}: {err}")
     print(f"  results: {out_path}")
+
+
+def _round(value: Any) -> float | None:
+    return round(value, 3) if isinstance(value, int | float) else None
 
 
 def _mib(value: Any) -> float | None:
