@@ -119,15 +119,16 @@ def test_quick_bench_reports_every_figure(pg_database: str, tmp_path: Path) -> N
                 point["latency_ms"]["p99"]
     assert set(r["goals"]) >= {"b_over_pgqueuer_single", "d_over_pgqueuer_batched",
                                "g_over_pgqueuer_consume"}
-    # (l) one client, each route beside its floors: no lone request waited for a batch
+    # (l) one client, each route beside its floors: no lone request waited for a batch.
+    # CPU is read in ticks of 10 ms, which 50 quick requests may not reach: only a number
     lone = r["l_one_client"]
     for route in ("send", "commit", "read one", "get transaction"):
         figures = lone["this tree"][route]
-        assert 0 < figures["p50_ms"] <= figures["p99_ms"] and figures["cpu_ms"] > 0, route
+        assert 0 < figures["p50_ms"] <= figures["p99_ms"] and figures["cpu_ms"] >= 0, route
     assert lone["this tree"]["mean batch"] == {"send": 1.0, "finish": 1.0}
     assert lone["PostgreSQL alone (psycopg, the floor)"]["INSERT + COMMIT"]["p50_ms"] > 0
     bare = lone["Granian alone (a bare ASGI app, the floor)"]["bare ASGI answer"]
-    assert bare["p50_ms"] > 0 and bare["cpu_ms"] > 0
+    assert 0 < bare["p50_ms"] <= bare["p99_ms"] and bare["cpu_ms"] >= 0
     assert set(r["goals"]) >= {"lone_pair_p50_ms", "lone_read_p50_ms",
                                "b_service_cpu_ms_per_pair"}
     assert r["ratios"]["lone_pair_p50_ms"] == \
