@@ -39,17 +39,14 @@ WARMUP = 200
 
 
 class Reader(Connection):
-    def read_one(self, offset: int) -> None:
-        self._post(f"/v1/topics/{TOPIC}/messages?from_offset={offset}&limit=1", None, 200,
-                   method="GET")
-
-    def get_transaction(self, txid: str) -> None:
-        self._post(f"/v1/producer-groups/{GROUP}/transactions/{txid}", None, 200, method="GET")
-
-
-class Caller(Connection):
     def get(self, path: str) -> None:
         self._post(path, None, 200, method="GET")
+
+    def read_one(self, offset: int) -> None:
+        self.get(f"/v1/topics/{TOPIC}/messages?from_offset={offset}&limit=1")
+
+    def get_transaction(self, txid: str) -> None:
+        self.get(f"/v1/producer-groups/{GROUP}/transactions/{txid}")
 
 
 def _timed(n: int, request: Callable[[int], None]) -> dict[str, float]:
@@ -93,7 +90,7 @@ def http_floor(n: int) -> dict[str, dict[str, float]]:
     (``bench.bare_asgi``), its latency and the server's CPU per request."""
     server = serve_bare()
     try:
-        client = Caller(server.port)
+        client = Reader(server.port)
         for _ in range(WARMUP):
             client.get("/")
         answer = _phase(server, n, lambda i: client.get("/"))
