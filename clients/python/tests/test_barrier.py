@@ -148,7 +148,7 @@ def test_the_barrier_refuses_other_databases() -> None:
     class FakeEngine:
         dialect = Other()
 
-    with pytest.raises(ValueError, match="postgresql, sqlite, mysql"):
+    with pytest.raises(ValueError, match="postgresql, sqlite, mysql, mariadb"):
         Barrier(FakeEngine())  # type: ignore[arg-type]
 
 
@@ -172,3 +172,39 @@ def test_every_statement_compiles(dialect: Any) -> None:
         "sqlite": "PRAGMA busy_timeout = 1500",
         "mysql": "SET SESSION innodb_lock_wait_timeout = 2"}[dialect.name]
     assert "VARCHAR(128)" in str(CreateTable(table).compile(dialect=dialect))
+
+
+@pytest.mark.parametrize(("committed", "other"), [("order-x", "ORDER-x"), ("café", "cafe"),
+                                                  ("cafe", "café")])
+def test_keys_compare_byte_for_byte(barrier: Barrier, committed: str, other: str) -> None:
+    """MySQL's default collations would find ``order-x``'s row for ``ORDER-x``: a check of
+    a transaction with no local work answering COMMIT."""
+    with barrier.begin(GROUP, committed):
+        pass
+    assert check(barrier, other) is Resolution.ROLLBACK
+    assert check(barrier, committed) is Resolution.COMMIT
+    with pytest.raises(RolledBackByCheck), barrier.begin(GROUP, other):
+        pass
+    assert reasons(barrier) == {committed: "commit", other: "rollback"}
+
+
+def test_create_table_makes_an_earlier_tables_keys_binary(engine: Any) -> None:
+    """A table made by an earlier SDK on MySQL (the server's default collation) is altered
+    by ``create_table``; its rows stay."""
+    if engine.dialect.name != "mysql":
+        pytest.skip("the collation of keys is MySQL's and MariaDB's")
+    with engine.begin() as conn:
+        conn.execute(text(
+            "CREATE TABLE txmsg_barrier (producer_group VARCHAR(127) NOT NULL, "
+            "transaction_id VARCHAR(128) NOT NULL, reason VARCHAR(8) NOT NULL, "
+            "created_at DATETIME NOT NULL, PRIMARY KEY (producer_group, transaction_id)) "
+            "CHARACTER SET utf8mb4 COLLATE utf8mb4_general_ci"))
+        conn.execute(text("INSERT INTO txmsg_barrier VALUES ('orders', 'order-x', 'commit', "
+                          "NOW())"))
+    barrier = Barrier(engine, wait_seconds=1.0)
+    barrier.create_table()
+    with engine.connect() as conn:
+        collations = dict(conn.execute(sql.key_collations(barrier.table)).all())
+    assert collations["producer_group"] == collations["transaction_id"] == "utf8mb4_bin"
+    assert check(barrier, "ORDER-x") is Resolution.ROLLBACK
+    assert check(barrier, "order-x") is Resolution.COMMIT

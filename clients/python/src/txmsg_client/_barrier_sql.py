@@ -32,7 +32,17 @@ from sqlalchemy.exc import DBAPIError
 TABLE_NAME = "txmsg_barrier"
 COMMIT = "commit"
 ROLLBACK = "rollback"
-DIALECTS = ("postgresql", "sqlite", "mysql")
+DIALECTS = ("postgresql", "sqlite", "mysql", "mariadb")
+# MySQL's and MariaDB's default collations compare without case or accents: "ORDER-x" would
+# find the row of "order-x". Keys compare byte for byte (ids hold no spaces, so the
+# collation's padding of trailing spaces never applies).
+MYSQL_KEY_COLLATION = "utf8mb4_bin"
+KEY_COLUMNS = {"producer_group": 127, "transaction_id": 128}
+
+
+def _key(length: int) -> String:
+    binary = mysql.VARCHAR(length, charset="utf8mb4", collation=MYSQL_KEY_COLLATION)
+    return String(length).with_variant(binary, "mysql", "mariadb")
 
 
 def barrier_table(metadata: MetaData | None = None, name: str = TABLE_NAME) -> Table:
@@ -40,8 +50,8 @@ def barrier_table(metadata: MetaData | None = None, name: str = TABLE_NAME) -> T
     return Table(
         name, metadata if metadata is not None else MetaData(),
         # names of groups are at most 127 characters, transaction ids at most 128
-        Column("producer_group", String(127), primary_key=True),
-        Column("transaction_id", String(128), primary_key=True),
+        *(Column(column, _key(length), primary_key=True)
+          for column, length in KEY_COLUMNS.items()),
         Column("reason", String(8), nullable=False),
         Column("created_at", DateTime(), nullable=False),  # UTC, for the cleanup
         Index(f"{name}_created_at", "created_at"),
@@ -51,6 +61,25 @@ def barrier_table(metadata: MetaData | None = None, name: str = TABLE_NAME) -> T
 def now() -> datetime:
     """Naive UTC: the same on every dialect (MySQL's DATETIME keeps no time zone)."""
     return datetime.now(UTC).replace(tzinfo=None)
+
+
+def is_mysql(dialect: Dialect) -> bool:
+    return dialect.name in ("mysql", "mariadb")
+
+
+def key_collations(table: Table) -> Executable:
+    """MySQL: the collations of the key columns of an existing table."""
+    return text("SELECT COLUMN_NAME, COLLATION_NAME FROM information_schema.COLUMNS "
+                "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = :table").bindparams(
+        table=table.name)
+
+
+def binary_keys(table: Table) -> Executable:
+    """MySQL: the key columns of a table made before keys compared byte for byte, made so."""
+    columns = ", ".join(
+        f"MODIFY `{column}` VARCHAR({length}) CHARACTER SET utf8mb4 "
+        f"COLLATE {MYSQL_KEY_COLLATION} NOT NULL" for column, length in KEY_COLUMNS.items())
+    return text(f"ALTER TABLE `{table.name}` {columns}")
 
 
 def check_dialect(dialect: Dialect) -> None:
@@ -92,14 +121,14 @@ def wait_bound(dialect: Dialect, seconds: float) -> Executable:
     ms = max(1, int(seconds * 1000))
     if dialect.name == "postgresql":
         return text(f"SET LOCAL lock_timeout = {ms}")
-    if dialect.name == "mysql":
+    if is_mysql(dialect):
         return text(f"SET SESSION innodb_lock_wait_timeout = {max(1, round(seconds))}")
     return text(f"PRAGMA busy_timeout = {ms}")
 
 
 def wait_unbound(dialect: Dialect, sqlite_busy_ms: int) -> Executable | None:
     """The statement that gives the connection back its own wait (None: nothing to do)."""
-    if dialect.name == "mysql":
+    if is_mysql(dialect):
         return text("SET SESSION innodb_lock_wait_timeout = DEFAULT")
     if dialect.name == "sqlite":
         return text(f"PRAGMA busy_timeout = {int(sqlite_busy_ms)}")
@@ -118,3 +147,9 @@ def lock_timed_out(exc: DBAPIError) -> bool:
     if args and args[0] == 1205:  # MySQL ER_LOCK_WAIT_TIMEOUT
         return True
     return "database is locked" in str(orig)  # SQLite SQLITE_BUSY
+
+
+def keys_need_binary(collations: Any) -> bool:
+    """Whether rows of ``key_collations`` show a key column that does not compare bytes."""
+    return any(column in KEY_COLUMNS and collation != MYSQL_KEY_COLLATION
+               for column, collation in collations)

@@ -28,7 +28,7 @@ except ImportError as exc:
                       "pip install 'txmsg-client[barrier]'") from exc
 
 from txmsg_client import _barrier_sql as sql
-from txmsg_client.errors import AlreadyCommitted
+from txmsg_client.errors import AlreadyCommitted, NotPrepared
 from txmsg_client.resolution import Resolution
 
 log = logging.getLogger(__name__)
@@ -37,17 +37,22 @@ DEFAULT_WAIT_SECONDS = 2.0
 DEFAULT_KEEP = timedelta(days=7)
 
 
-class RolledBackByCheck(Exception):
-    """The check rolled this transaction back before its local transaction began (the
-    producer was slower than the service's transaction timeout): the local work is not
+class RolledBackByCheck(NotPrepared):
+    """The barrier holds a rollback marker for this transaction (a check came before its
+    local transaction began, the producer being slower than the service's transaction
+    timeout, or an earlier local transaction of this id failed): the local work is not
     done, and the messages are not sent."""
+
+    def __init__(self, transaction_id: str) -> None:
+        super().__init__(transaction_id, "ROLLED_BACK",
+                         f"transaction {transaction_id} was rolled back by a check")
 
 
 def _taken(reason: str | None, transaction_id: str) -> Exception:
     """What a barrier row already there means for a local transaction about to begin."""
     if reason == sql.COMMIT:
-        return AlreadyCommitted(f"transaction {transaction_id}: its local work committed before")
-    return RolledBackByCheck(f"transaction {transaction_id} was rolled back by a check")
+        return AlreadyCommitted(transaction_id)
+    return RolledBackByCheck(transaction_id)
 
 
 class Barrier:
@@ -70,8 +75,13 @@ class Barrier:
         self.checker = BarrierChecker(self)
 
     def create_table(self) -> None:
-        """Create the table and its index unless they exist."""
+        """Create the table and its index unless they exist; on MySQL, make the keys of a
+        table created by an earlier version compare byte for byte."""
         self.table.create(self.engine, checkfirst=True)
+        if sql.is_mysql(self.engine.dialect):
+            with self.engine.begin() as connection:
+                if sql.keys_need_binary(connection.execute(sql.key_collations(self.table))):
+                    connection.execute(sql.binary_keys(self.table))
 
     @contextmanager
     def begin(self, group: str, transaction_id: str) -> Iterator[Connection]:

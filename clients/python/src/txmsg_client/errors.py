@@ -48,8 +48,24 @@ def _reason(response: HttpAnswer) -> str:
     return str(getattr(response, "reason", None) or getattr(response, "reason_phrase", ""))
 
 
-class AlreadyCommitted(Exception):
+class NotPrepared(Exception):
+    """``local_transaction``'s send answered a transaction that is no longer PREPARED (its
+    id used again after it was resolved): the block did not run. ``state``: what the
+    service holds (COMMITTED raises ``AlreadyCommitted``, a subclass)."""
+
+    def __init__(self, transaction_id: str, state: str, detail: str | None = None) -> None:
+        super().__init__(detail or f"transaction {transaction_id} is {state} already: "
+                         "the local work did not run")
+        self.transaction_id = transaction_id
+        self.state = state
+
+
+class AlreadyCommitted(NotPrepared):
     """The local transaction of this transaction id committed before (``local_transaction``
     run again with an id whose work is done, after a crash between the database commit and
     txmsg's): the block is not run again, and the messages are committed (or left to the
     check, which commits them)."""
+
+    def __init__(self, transaction_id: str, detail: str | None = None) -> None:
+        super().__init__(transaction_id, "COMMITTED", detail or (
+            f"transaction {transaction_id}: its local work committed before"))

@@ -13,7 +13,7 @@ from urllib.parse import quote
 
 import requests
 
-from txmsg_client import tracing
+from txmsg_client import _local, tracing
 from txmsg_client._http import auth_headers, call
 from txmsg_client.errors import AlreadyCommitted, TxmsgError
 from txmsg_client.resolution import Resolution
@@ -216,22 +216,26 @@ class Producer:
         engine whose first statement writes the barrier row, commit it, then commit the
         messages; ``barrier.checker`` answers the checks.
 
-        An exception in the block rolls back both and is raised again. Once the database
-        transaction has committed nothing is raised: a commit that cannot reach the
-        service leaves ``state`` PREPARED, and the check commits it. A failure of the
-        database commit itself is raised, and the check settles the messages.
+        The block runs only when the send answers a PREPARED transaction: an id used again
+        after it was resolved raises ``NotPrepared`` (``AlreadyCommitted`` when committed);
+        a retry with other settings or messages raises the service's 409. An exception in
+        the block rolls back the database transaction, writes the barrier's rollback marker,
+        rolls back the messages and is raised again. Once the database transaction has
+        committed, a commit that cannot reach the service leaves ``state`` PREPARED (the
+        check commits it); one the service refuses (409) is raised.
         """
         sent = self.send(messages, transaction_id=transaction_id, check_url=check_url,
                          check_immunity_seconds=check_immunity_seconds)
         local = LocalTransaction(sent["transaction_id"], sent["messages"])
+        _local.require_prepared(sent)
         database = barrier.begin(self.group, local.transaction_id)
         try:
             local.connection = database.__enter__()
         except AlreadyCommitted:
-            self._commit_quietly(local)
+            self._commit(local)
             raise
         except BaseException:
-            self._roll_back_quietly(local.transaction_id)
+            self._settle(barrier, local)
             raise
         try:
             yield local
@@ -239,22 +243,41 @@ class Producer:
             try:
                 database.__exit__(type(exc), exc, exc.__traceback__)
             finally:
-                self._roll_back_quietly(local.transaction_id)
+                self._settle(barrier, local)
             raise
-        database.__exit__(None, None, None)  # the local commit: raised, it is the check's
-        self._commit_quietly(local)
-
-    def _roll_back_quietly(self, transaction_id: str) -> None:
         try:
-            self.rollback(transaction_id)
-        except (requests.RequestException, TxmsgError) as exc:
-            log.warning("could not roll back transaction %s, the check will: %s",
-                        transaction_id, exc)
+            database.__exit__(None, None, None)
+        except BaseException:
+            self._settle(barrier, local)
+            raise
+        self._commit(local)
 
-    def _commit_quietly(self, local: LocalTransaction) -> None:
+    def _settle(self, barrier: Barrier, local: LocalTransaction) -> None:
+        """The local work did not commit here: finish the messages as the barrier says, the
+        check's own answer (another local transaction of this id may have committed)."""
+        try:
+            resolution = barrier.resolve(self.group, local.transaction_id)
+        except Exception as exc:  # noqa: BLE001 - the caller's error is the one raised
+            _local.unsettled(local.transaction_id, exc)
+            return
+        _local.settled(local.transaction_id, resolution)
+        try:
+            if resolution is Resolution.ROLLBACK:
+                self.rollback(local.transaction_id)
+            elif resolution is Resolution.COMMIT:
+                self._commit(local)
+        except (requests.RequestException, TxmsgError) as exc:
+            log.warning("could not settle transaction %s, the check will: %s",
+                        local.transaction_id, exc)
+
+    def _commit(self, local: LocalTransaction) -> None:
+        """Commit after the local work committed: left to the check when the service cannot
+        be reached, raised when it refuses."""
         try:
             answer = self.commit(local.transaction_id)
         except (requests.RequestException, TxmsgError) as exc:
+            if _local.is_refusal(exc):
+                raise
             log.warning("could not commit transaction %s, the check will: %s",
                         local.transaction_id, exc)
             local.end_error = exc

@@ -34,9 +34,12 @@ class AsyncBarrier:
         self.checker = AsyncBarrierChecker(self)
 
     async def create_table(self) -> None:
-        """Create the table and its index unless they exist."""
+        """Create the table and its index unless they exist (see ``Barrier.create_table``)."""
         async with self.engine.begin() as connection:
             await connection.run_sync(self.table.create, checkfirst=True)
+            if sql.is_mysql(self.engine.dialect) and sql.keys_need_binary(
+                    await connection.execute(sql.key_collations(self.table))):
+                await connection.execute(sql.binary_keys(self.table))
 
     @asynccontextmanager
     async def begin(self, group: str, transaction_id: str) -> AsyncIterator[AsyncConnection]:

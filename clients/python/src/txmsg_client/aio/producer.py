@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Self
 
 import httpx
 
+from txmsg_client import _local
 from txmsg_client._http import auth_headers
 from txmsg_client.aio._http import TRANSPORT_ERRORS, call
 from txmsg_client.errors import AlreadyCommitted, TxmsgError
@@ -125,14 +126,15 @@ class AsyncProducer:
         sent = await self.send(messages, transaction_id=transaction_id, check_url=check_url,
                                check_immunity_seconds=check_immunity_seconds)
         local = LocalTransaction(sent["transaction_id"], sent["messages"])
+        _local.require_prepared(sent)
         database = barrier.begin(self.group, local.transaction_id)
         try:
             local.connection = await database.__aenter__()
         except AlreadyCommitted:
-            await self._commit_quietly(local)
+            await self._commit(local)
             raise
         except BaseException:
-            await self._roll_back_quietly(local.transaction_id)
+            await self._settle(barrier, local)
             raise
         try:
             yield local
@@ -140,28 +142,45 @@ class AsyncProducer:
             try:
                 await database.__aexit__(type(exc), exc, exc.__traceback__)
             finally:
-                await self._roll_back_quietly(local.transaction_id)
+                await self._settle(barrier, local)
             raise
-        await database.__aexit__(None, None, None)  # the local commit: raised, the check's
-        await self._commit_quietly(local)
+        try:
+            await database.__aexit__(None, None, None)
+        except BaseException:
+            await self._settle(barrier, local)
+            raise
+        await self._commit(local)
 
-    async def _commit_quietly(self, local: LocalTransaction) -> None:
+    async def _settle(self, barrier: AsyncBarrier, local: LocalTransaction) -> None:
+        """``Producer._settle``: finish the messages as the barrier says."""
+        try:
+            resolution = await barrier.resolve(self.group, local.transaction_id)
+        except Exception as exc:  # noqa: BLE001 - the caller's error is the one raised
+            _local.unsettled(local.transaction_id, exc)
+            return
+        _local.settled(local.transaction_id, resolution)
+        try:
+            if resolution is Resolution.ROLLBACK:
+                await self.rollback(local.transaction_id)
+            elif resolution is Resolution.COMMIT:
+                await self._commit(local)
+        except (*TRANSPORT_ERRORS, TxmsgError) as exc:
+            log.warning("could not settle transaction %s, the check will: %s",
+                        local.transaction_id, exc)
+
+    async def _commit(self, local: LocalTransaction) -> None:
+        """``Producer._commit``: left to the check when unreachable, raised when refused."""
         try:
             answer = await self.commit(local.transaction_id)
         except (*TRANSPORT_ERRORS, TxmsgError) as exc:
+            if _local.is_refusal(exc):
+                raise
             log.warning("could not commit transaction %s, the check will: %s",
                         local.transaction_id, exc)
             local.end_error = exc
             return
         local.state = answer["state"]
         local.messages = answer.get("messages", local.messages)
-
-    async def _roll_back_quietly(self, transaction_id: str) -> None:
-        try:
-            await self.rollback(transaction_id)
-        except (*TRANSPORT_ERRORS, TxmsgError) as exc:
-            log.warning("could not roll back transaction %s, the check will: %s",
-                        transaction_id, exc)
 
     async def aclose(self) -> None:
         if self._own_client:
