@@ -95,3 +95,39 @@ def test_outside_a_span_nothing_is_sent(service: Service, producer: Producer,
     producer.commit(producer.send(message(topic, "plain"))["transaction_id"])
     _, [received] = _received(service, topic)
     assert "traceparent" not in received.properties
+
+
+def test_the_asyncio_clients_carry_the_trace_as_the_sync_ones(service: Service, topic: str,
+                                                               spans) -> None:
+    """``AsyncProducer`` sends the current trace context, and ``AsyncConsumer.handle``
+    runs each handler in a span that continues it (the same drivers' rules)."""
+    import asyncio
+
+    pytest.importorskip("httpx")
+    from txmsg_client.aio import AsyncConsumer, AsyncProducer
+
+    async def scenario() -> tuple[int, int, list[int], ReceivedMessage]:
+        async with AsyncProducer(service.url, "sdk-tracing") as producer, \
+                AsyncConsumer(service.url, topic, "billing") as consumer:
+            await producer.register(["http://127.0.0.1:9/check"], check_timeout_ms=500)
+            await consumer.subscribe(initial_position="earliest")
+            tracer = trace.get_tracer("test")
+            with tracer.start_as_current_span("place order") as placing:
+                sent = await producer.send(message(topic, "hello"))
+                await producer.commit(sent["transaction_id"])
+            context = placing.get_span_context()
+            [received] = await consumer.receive(10, wait_ms=5000)
+            seen: list[int] = []
+
+            async def handler(_: ReceivedMessage) -> None:
+                seen.append(trace.get_current_span().get_span_context().span_id)
+
+            assert (await consumer.handle([received], handler)).acked == [received.offset]
+            return context.trace_id, context.span_id, seen, received
+
+    trace_id, span_id, seen, received = asyncio.run(scenario())
+    assert received.properties["traceparent"].split("-")[1:3] == [f"{trace_id:032x}",
+                                                                  f"{span_id:016x}"]
+    [process] = [s for s in spans.get_finished_spans() if s.name == f"process {topic}"]
+    assert seen == [process.context.span_id]
+    assert (process.context.trace_id, process.parent.span_id) == (trace_id, span_id)

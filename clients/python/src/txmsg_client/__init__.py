@@ -17,9 +17,10 @@ and acknowledges its input in one transaction.
 This package depends on ``requests`` only, never on the service's code.
 """
 
+from txmsg_client._wire import Message, message
 from txmsg_client.consumer import BatchResult, Consumer, ReceivedMessage, RunStats
 from txmsg_client.errors import TxmsgError
-from txmsg_client.producer import LocalTransaction, Message, Producer, TransactionResult, message
+from txmsg_client.producer import LocalTransaction, Producer, TransactionResult
 from txmsg_client.resolution import Resolution, TransactionChecker
 
 __all__ = [

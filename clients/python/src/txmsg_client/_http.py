@@ -1,4 +1,5 @@
-"""One HTTP call to the service: JSON in, JSON out, problem+json answers raised."""
+"""The blocking driver of the service's calls (``requests``): a ``_calls.Request`` in, its
+JSON answer out, problem+json answers raised as ``TxmsgError``."""
 
 from __future__ import annotations
 
@@ -6,16 +7,39 @@ from typing import Any
 
 import requests
 
+from txmsg_client import tracing
+from txmsg_client._calls import Request
 from txmsg_client.errors import error_from
+
+# what a call may raise besides TxmsgError: the service unreachable, or too slow
+TRANSPORT_ERRORS = (requests.RequestException,)
 
 
 def auth_headers(token: str | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"} if token else {}
 
 
-def call(session: requests.Session, method: str, url: str, headers: dict[str, str],
-         timeout: float, body: Any = None) -> dict[str, Any]:
-    response = session.request(method, url, json=body, headers=headers, timeout=timeout)
-    if response.status_code >= 400:
-        raise error_from(response)
-    return response.json() if response.content else {}
+class Transport:
+    """Calls to one service on a ``requests.Session`` (the caller's, kept open by
+    ``close``, else one of its own), with the token and the current trace context."""
+
+    def __init__(self, base_url: str, token: str | None, timeout: float,
+                 session: requests.Session | None = None) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.timeout = timeout
+        self.session = session or requests.Session()
+        self._own = session is None
+        self._headers = auth_headers(token)
+
+    def do(self, request: Request) -> dict[str, Any]:
+        response = self.session.request(
+            request.method, self.base_url + request.path, json=request.body,
+            headers=tracing.headers(self._headers),
+            timeout=self.timeout + request.wait_ms / 1000)
+        if response.status_code >= 400:
+            raise error_from(response)
+        return response.json() if response.content else {}
+
+    def close(self) -> None:
+        if self._own:
+            self.session.close()

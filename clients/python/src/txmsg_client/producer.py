@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
-import base64
 import logging
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import TYPE_CHECKING, Any, Self
-from urllib.parse import quote
 
 import requests
 
-from txmsg_client import _local, tracing
-from txmsg_client._http import auth_headers, call
+from txmsg_client import _calls as calls
+from txmsg_client import _local
+from txmsg_client._http import Transport
+from txmsg_client._wire import Message
 from txmsg_client.errors import AlreadyCommitted, TxmsgError
 from txmsg_client.resolution import Resolution
 
@@ -22,8 +21,6 @@ if TYPE_CHECKING:
     from txmsg_client.barrier import Barrier
 
 log = logging.getLogger(__name__)
-
-Message = Mapping[str, Any]
 
 
 @dataclass
@@ -50,75 +47,17 @@ class LocalTransaction:
     end_error: Exception | None = field(default=None, repr=False)
 
 
-def message(topic: str, body: str | bytes, *, keys: Iterable[str] = (), tag: str | None = None,
-            properties: Mapping[str, str] | None = None, deliver_after_ms: int | None = None,
-            deliver_at: datetime | str | None = None) -> dict[str, Any]:
-    """One message for ``send``: text bodies as ``body``, bytes as ``body_base64``.
-
-    ``deliver_after_ms`` (counted from the commit) or ``deliver_at``: subscriptions do not
-    deliver it before then (offset reads show it at once).
-    """
-    out: dict[str, Any] = {"topic": topic}
-    if isinstance(body, bytes | bytearray | memoryview):
-        out["body_base64"] = base64.b64encode(bytes(body)).decode()
-    else:
-        out["body"] = body
-    if keys:
-        out["keys"] = list(keys)
-    if tag is not None:
-        out["tag"] = tag
-    if properties:
-        out["properties"] = dict(properties)
-    if deliver_after_ms is not None:
-        out["deliver_after_ms"] = deliver_after_ms
-    if deliver_at is not None:
-        out["deliver_at"] = deliver_at if isinstance(deliver_at, str) else \
-            deliver_at.isoformat().replace("+00:00", "Z")
-    return out
-
-
-def send_body(messages: Message | Sequence[Message], transaction_id: str | None,
-              check_url: str | None, check_immunity_seconds: int | None,
-              acks: Sequence[Mapping[str, Any]] | None) -> dict[str, Any]:
-    """The body of a send (one message or several)."""
-    batch = [messages] if isinstance(messages, Mapping) else list(messages)
-    body: dict[str, Any] = {"messages": [dict(m) for m in batch]}
-    if transaction_id is not None:
-        body["transaction_id"] = transaction_id
-    if check_url is not None:
-        body["check_url"] = check_url
-    if check_immunity_seconds is not None:
-        body["check_immunity_seconds"] = check_immunity_seconds
-    if acks:
-        body["acks"] = [dict(a) for a in acks]
-    return body
-
-
-def group_path(group: str) -> str:
-    return f"/v1/producer-groups/{quote(group, safe='')}"
-
-
-def transaction_path(group: str, transaction_id: str, action: str | None = None) -> str:
-    path = f"{group_path(group)}/transactions/{quote(transaction_id, safe='')}"
-    return f"{path}/{action}" if action else path
-
-
-def read_path(topic: str, from_offset: int, limit: int) -> str:
-    return f"/v1/topics/{quote(topic, safe='')}/messages?from_offset={from_offset}&limit={limit}"
-
-
 class Producer:
     """One producer group's client of a txmsg service; ``token``: a bearer token with the
-    scope ``produce:<group>``, for a service with access control on."""
+    scope ``produce:<group>``, for a service with access control on. ``session``: a
+    ``requests.Session`` of the caller's (``close`` leaves it open), else one of its own."""
 
     def __init__(self, base_url: str, group: str, *, timeout: float = 10.0,
                  session: requests.Session | None = None, token: str | None = None) -> None:
-        self.base_url = base_url.rstrip("/")
+        self._transport = Transport(base_url, token, timeout, session)
+        self.base_url = self._transport.base_url
         self.group = group
         self.timeout = timeout
-        self._session = session or requests.Session()
-        self._headers = auth_headers(token)
-        self._group_path = group_path(group)
 
     def register(self, check_urls: Sequence[str], check_timeout_ms: int = 3000) -> dict[str, Any]:
         """Register (or replace) the URLs the service asks about unresolved transactions.
@@ -126,17 +65,16 @@ class Producer:
         The answer's ``signing_secret`` verifies the checks (``CheckerServer``'s
         ``signing_secret``); it stays the same when the group registers again.
         """
-        return self._call("PUT", self._group_path,
-                          {"check_urls": list(check_urls), "check_timeout_ms": check_timeout_ms})
+        return self._transport.do(calls.register(self.group, check_urls, check_timeout_ms))
 
     def registration(self) -> dict[str, Any]:
         """The group's registration, with its ``signing_secret``."""
-        return self._call("GET", self._group_path)
+        return self._transport.do(calls.registration(self.group))
 
     def rotate_signing_secret(self) -> dict[str, Any]:
         """A new ``signing_secret``; checks are signed with the previous one too until
         ``previous_secret_expires_at``, time to move the callback endpoints to the new one."""
-        return self._call("POST", f"{self._group_path}/signing-secret/rotate")
+        return self._transport.do(calls.rotate_signing_secret(self.group))
 
     def send(self, messages: Message | Sequence[Message], *, transaction_id: str | None = None,
              check_url: str | None = None,
@@ -149,28 +87,28 @@ class Producer:
         subscriptions that the transaction's commit acknowledges, and its rollback
         releases (``Consumer.run`` with a producer builds them).
         """
-        return self._call("POST", f"{self._group_path}/transactions", send_body(
-            messages, transaction_id, check_url, check_immunity_seconds, acks))
+        return self._transport.do(calls.send(self.group, messages, transaction_id, check_url,
+                                             check_immunity_seconds, acks))
 
     def commit(self, transaction_id: str) -> dict[str, Any]:
         """Make the messages visible; returns their offsets. Safe to repeat."""
-        return self._call("POST", self._txn_path(transaction_id, "commit"))
+        return self._transport.do(calls.finish(self.group, transaction_id, "commit"))
 
     def rollback(self, transaction_id: str) -> dict[str, Any]:
         """Drop the messages for good. Safe to repeat."""
-        return self._call("POST", self._txn_path(transaction_id, "rollback"))
+        return self._transport.do(calls.finish(self.group, transaction_id, "rollback"))
 
     def get(self, transaction_id: str) -> dict[str, Any]:
         """The transaction: state, check count, messages."""
-        return self._call("GET", self._txn_path(transaction_id))
+        return self._transport.do(calls.transaction(self.group, transaction_id))
 
     def read(self, topic: str, from_offset: int = 0, limit: int = 100) -> dict[str, Any]:
         """A page of a topic's committed messages, from ``from_offset`` (``next_offset`` next)."""
-        return self._call("GET", read_path(topic, from_offset, limit))
+        return self._transport.do(calls.read(topic, from_offset, limit))
 
     def resume_check(self, transaction_id: str) -> dict[str, Any]:
         """Put a DISCARDED transaction back to PREPARED (checked again from 1)."""
-        return self._call("POST", self._txn_path(transaction_id, "resume-check"))
+        return self._transport.do(calls.finish(self.group, transaction_id, "resume-check"))
 
     def send_in_transaction(
         self, messages: Message | Sequence[Message],
@@ -196,7 +134,7 @@ class Producer:
         try:
             answer = self.commit(txid) if resolution is Resolution.COMMIT else self.rollback(txid)
         except (requests.RequestException, TxmsgError) as exc:
-            if isinstance(exc, TxmsgError) and exc.status < 500:
+            if _local.is_refusal(exc):
                 raise
             log.warning("could not %s transaction %s, the check will: %s",
                         resolution.value.lower(), txid, exc)
@@ -286,17 +224,10 @@ class Producer:
         local.messages = answer.get("messages", local.messages)
 
     def close(self) -> None:
-        self._session.close()
+        self._transport.close()
 
     def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-    def _txn_path(self, transaction_id: str, action: str | None = None) -> str:
-        return transaction_path(self.group, transaction_id, action)
-
-    def _call(self, method: str, path: str, body: Any = None) -> dict[str, Any]:
-        return call(self._session, method, self.base_url + path,
-                    tracing.headers(self._headers), self.timeout, body)

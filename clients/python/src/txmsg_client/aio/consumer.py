@@ -1,6 +1,6 @@
 """``Consumer`` for asyncio: the same calls and loop as coroutines, on an
-``httpx.AsyncClient``. The rules (which failures are retried, how outputs are grouped into
-transactions) are ``txmsg_client.consumer``'s."""
+``httpx.AsyncClient``. A batch's rules are ``txmsg_client._relay``'s, driven here by
+awaiting each step, as ``Consumer`` drives them by blocking."""
 
 from __future__ import annotations
 
@@ -8,51 +8,37 @@ import asyncio
 import inspect
 import logging
 import signal
-import uuid
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, Self, TypeVar
-from urllib.parse import quote
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Self
 
 import httpx
 
-from txmsg_client._http import auth_headers
-from txmsg_client.aio._http import TRANSPORT_ERRORS, call
+from txmsg_client import _calls as calls
+from txmsg_client import _relay, tracing
+from txmsg_client._wire import BatchResult, Offsets, ReceivedMessage, RunStats, offsets_of, received
+from txmsg_client.aio._http import TRANSPORT_ERRORS, AsyncTransport
 from txmsg_client.aio.producer import AsyncProducer
-from txmsg_client.consumer import (
-    ACK_REFUSALS,
-    BatchResult,
-    Offsets,
-    ReceivedMessage,
-    RunStats,
-    _offsets,
-    _outputs,
-    _transactions,
-    _transient,
-)
 from txmsg_client.errors import TxmsgError
-from txmsg_client.producer import Message
 
 log = logging.getLogger(__name__)
 
-_T = TypeVar("_T")
 AsyncHandler = Callable[[ReceivedMessage], Any]  # returns its output, or an awaitable of it
-FAILURES = (*TRANSPORT_ERRORS, TxmsgError)
+FAILURES: tuple[type[Exception], ...] = (*TRANSPORT_ERRORS, TxmsgError)
 
 
 class AsyncConsumer:
-    """One subscription's asyncio client of a txmsg service (see ``Consumer``)."""
+    """One subscription's asyncio client of a txmsg service (see ``Consumer``).
+    ``client``: an ``httpx.AsyncClient`` of the caller's (``aclose`` leaves it open), else
+    one of its own."""
 
     def __init__(self, base_url: str, topic: str, subscription: str, token: str | None = None,
                  *, timeout: float = 10.0, client: httpx.AsyncClient | None = None) -> None:
-        self.base_url = base_url.rstrip("/")
+        self._transport = AsyncTransport(base_url, token, timeout, client)
+        self.base_url = self._transport.base_url
         self.topic = topic
         self.subscription = subscription
         self.timeout = timeout
-        self._own_client = client is None
-        self._client = client or httpx.AsyncClient()
-        self._headers = auth_headers(token)
-        self._path = (f"/v1/topics/{quote(topic, safe='')}/subscriptions/"
-                      f"{quote(subscription, safe='')}")
+        self._path = calls.subscription_path(topic, subscription)
         self._stop = asyncio.Event()
 
     # -- the subscription ------------------------------------------------------------------
@@ -62,47 +48,41 @@ class AsyncConsumer:
                         redelivery_backoff: Mapping[str, int] | None = None,
                         dead_letter_topic: str | None = None) -> dict[str, Any]:
         """Create the subscription, or change its settings (see ``Consumer.subscribe``)."""
-        settings = {"initial_position": initial_position, "ack_timeout_ms": ack_timeout_ms,
-                    "max_redeliveries": max_redeliveries,
-                    "redelivery_backoff": dict(redelivery_backoff) if redelivery_backoff
-                    else None, "dead_letter_topic": dead_letter_topic}
-        return await self._call("PUT", "", {k: v for k, v in settings.items() if v is not None})
+        return await self._transport.do(calls.subscribe(
+            self._path, initial_position=initial_position, ack_timeout_ms=ack_timeout_ms,
+            max_redeliveries=max_redeliveries, redelivery_backoff=redelivery_backoff,
+            dead_letter_topic=dead_letter_topic))
 
     async def describe(self) -> dict[str, Any]:
-        return await self._call("GET", "")
+        return await self._transport.do(calls.describe(self._path))
 
     async def unsubscribe(self) -> None:
-        await self._call("DELETE", "")
+        await self._transport.do(calls.unsubscribe(self._path))
 
     # -- messages --------------------------------------------------------------------------
 
     async def receive(self, max_messages: int = 10, wait_ms: int = 0) -> list[ReceivedMessage]:
-        answer = await self._call("POST", "/receive",
-                                  {"max_messages": max_messages, "wait_ms": wait_ms},
-                                  timeout=self.timeout + wait_ms / 1000)
-        return [ReceivedMessage.from_answer(self.topic, m) for m in answer["messages"]]
+        return received(self.topic, await self._transport.do(
+            calls.receive(self._path, max_messages, wait_ms)))
 
     async def ack(self, offsets: Offsets) -> int:
-        chosen = _offsets(offsets)
-        return int((await self._call("POST", "/ack", {"offsets": chosen}))["acked"]) \
-            if chosen else 0
+        return await self._settle("ack", offsets)
 
     async def nack(self, offsets: Offsets, delay_ms: int | None = None) -> int:
-        chosen = _offsets(offsets)
-        if not chosen:
-            return 0
-        body: dict[str, Any] = {"offsets": chosen}
-        if delay_ms is not None:
-            body["delay_ms"] = delay_ms
-        return int((await self._call("POST", "/nack", body)).get("nacked", len(chosen)))
+        return await self._settle("nack", offsets, delay_ms)
 
     async def renew(self, offsets: Offsets) -> int:
-        chosen = _offsets(offsets)
-        return int((await self._call("POST", "/renew", {"offsets": chosen}))["renewed"]) \
-            if chosen else 0
+        return await self._settle("renew", offsets)
 
     async def seek(self, offset: int) -> dict[str, Any]:
-        return await self._call("POST", "/seek", {"offset": offset})
+        return await self._transport.do(calls.seek(self._path, offset))
+
+    async def _settle(self, action: str, offsets: Offsets, delay_ms: int | None = None) -> int:
+        chosen = offsets_of(offsets)
+        request = calls.settle(self._path, action, chosen, delay_ms)
+        if request is None:
+            return 0
+        return calls.settled(action, await self._transport.do(request), len(chosen))
 
     # -- the loop --------------------------------------------------------------------------
 
@@ -123,9 +103,9 @@ class AsyncConsumer:
                 try:
                     batch = await self.receive(max_messages, wait_ms)
                 except FAILURES as exc:
-                    if not _transient(exc):
+                    if not _relay.transient(exc):
                         raise
-                    pause = min(30.0, max(0.5, 2 * pause))
+                    pause = _relay.next_pause(pause)
                     log.warning("receive failed, again in %.1f s: %s", pause, exc)
                     try:
                         await asyncio.wait_for(event.wait(), pause)
@@ -149,141 +129,45 @@ class AsyncConsumer:
                      producer: AsyncProducer | None = None) -> BatchResult:
         """Run ``handler`` (plain or a coroutine function) on each message, then settle the
         batch (see ``Consumer.handle``)."""
-        result = BatchResult()
-        done: list[tuple[int, list[Message]]] = []
-        for i, message in enumerate(messages):
-            try:
-                output = handler(message)
-                if inspect.isawaitable(output):
-                    output = await output
-            except Exception:
-                log.exception("handler failed on %s offset %d (redelivery %d)",
-                              self.topic, message.offset, message.redelivery_count)
-                result.nacked.append(message.offset)
-                continue
-            except BaseException:  # cancelled, KeyboardInterrupt: settle, then leave
-                rest = [m.offset for m in messages[i:]]
-                await self._settle(result, done, producer, release=rest)
-                raise
-            done.append((message.offset, _outputs(output) if producer is not None else []))
-        await self._settle(result, done, producer)
-        return result
+        steps = _relay.Batch(messages, self.topic, self.subscription,
+                             relay=producer is not None, failures=FAILURES).steps()
 
-    async def _settle(self, result: BatchResult, done: list[tuple[int, list[Message]]],
-                      producer: AsyncProducer | None, release: Sequence[int] = ()) -> None:
-        plain = [offset for offset, outputs in done if producer is None or not outputs]
-        if producer is not None:
-            for group in _transactions([(o, out) for o, out in done if out]):
-                await self._transact(producer, group, result)
-        if plain:
-            async def ack_plain() -> None:
-                await self.ack(plain)
-                result.acked.extend(plain)
-            await self._quietly(result, ack_plain)
-        if result.nacked:
-            await self._quietly(result, lambda: self.nack(result.nacked))
-        if release:
-            result.released.extend(release)
-            await self._quietly(result, lambda: self.nack(release, delay_ms=0))
+        async def do(step: _relay.Step) -> Any:
+            if isinstance(step, _relay.Handle):
+                with tracing.handling(step.message, self.subscription):
+                    output = handler(step.message)
+                    return await output if inspect.isawaitable(output) else output
+            if isinstance(step, _relay.Sleep):
+                await asyncio.sleep(step.seconds)
+                return None
+            if step.action in ("send", "commit", "rollback"):
+                assert producer is not None
+                return await getattr(producer, step.action)(**step.kwargs)
+            return await getattr(self, step.action)(**step.kwargs)
 
-    async def _transact(self, producer: AsyncProducer, group: list[tuple[int, list[Message]]],
-                        result: BatchResult) -> None:
-        """One transaction: the outputs of ``group`` with its inputs' acks."""
-        inputs = [offset for offset, _ in group]
-        outputs = [m for _, out in group for m in out]
-        txid = f"relay-{uuid.uuid4().hex}"
-        acks = [{"topic": self.topic, "subscription": self.subscription, "offsets": inputs}]
         try:
-            await _retrying(lambda: producer.send(outputs, transaction_id=txid, acks=acks))
-        except FAILURES as exc:
-            if not isinstance(exc, TxmsgError) or _transient(exc):
-                await self._abandon(producer, txid, inputs, exc, result)
-                return
-            log.warning("transaction refused, its inputs given back: %s", exc)
-            result.errors.append(exc)
-            result.released.extend(inputs)
-            await self._quietly(result, lambda: self.nack(inputs, delay_ms=0))
-            return
-        try:
-            answer = await _retrying(lambda: producer.commit(txid))
-        except FAILURES as exc:
-            if isinstance(exc, TxmsgError) and not _transient(exc) \
-                    and exc.code not in ACK_REFUSALS:
-                result.errors.append(exc)
-                result.released.extend(inputs)
-                return
-            await self._abandon(producer, txid, inputs, exc, result)
-            return
-        result.transactions.append(txid)
-        result.acked.extend(inputs)
-        result.published.extend(answer.get("messages", []))
-
-    async def _abandon(self, producer: AsyncProducer, txid: str, inputs: list[int],
-                       why: Exception, result: BatchResult) -> None:
-        """Roll back a transaction whose send or commit did not go through."""
-        result.errors.append(why)
-        try:
-            await _retrying(lambda: producer.rollback(txid))
-        except TxmsgError as exc:
-            if exc.status == 404:  # the send was never stored
-                result.released.extend(inputs)
-                await self._quietly(result, lambda: self.nack(inputs, delay_ms=0))
-                return
-            if exc.status == 409:  # it was committed after all
-                result.errors.pop()
+            step = next(steps)
+            while True:
                 try:
-                    answer = await _retrying(lambda: producer.commit(txid))
-                except FAILURES as again:
-                    result.errors.append(again)
-                    answer = {}
-                result.transactions.append(txid)
-                result.acked.extend(inputs)
-                result.published.extend(answer.get("messages", []))
-                return
-            log.warning("transaction %s left to the check: %s", txid, exc)
-            return
-        except TRANSPORT_ERRORS as exc:
-            log.warning("transaction %s left to the check: %s", txid, exc)
-            return
-        log.warning("transaction %s rolled back, its inputs released: %s", txid, why)
-        result.released.extend(inputs)
-
-    async def _quietly(self, result: BatchResult, fn: Callable[[], Awaitable[Any]]) -> None:
-        try:
-            await fn()
-        except FAILURES as exc:
-            log.warning("could not settle messages of %s/%s, they will be redelivered: %s",
-                        self.topic, self.subscription, exc)
-            result.errors.append(exc)
+                    outcome = await do(step)
+                except BaseException as exc:  # noqa: BLE001 - the steps decide what they catch
+                    step = steps.throw(exc)
+                else:
+                    step = steps.send(outcome)
+        except StopIteration as stop:
+            result: BatchResult = stop.value
+            return result
 
     # -- plumbing --------------------------------------------------------------------------
 
     async def aclose(self) -> None:
-        if self._own_client:
-            await self._client.aclose()
+        await self._transport.aclose()
 
     async def __aenter__(self) -> Self:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
-
-    async def _call(self, method: str, path: str, body: Any = None,
-                    timeout: float | None = None) -> dict[str, Any]:
-        return await call(self._client, method, self.base_url + self._path + path,
-                          self._headers, timeout if timeout is not None else self.timeout, body)
-
-
-async def _retrying(fn: Callable[[], Awaitable[_T]], attempts: int = 3) -> _T:
-    """``fn`` awaited again on a transient failure (safe for idempotent calls only)."""
-    for attempt in range(attempts):
-        try:
-            return await fn()
-        except FAILURES as exc:
-            if attempt == attempts - 1 or not _transient(exc):
-                raise
-            await asyncio.sleep(0.2 * 2 ** attempt)
-    raise AssertionError("unreachable")
 
 
 def _nothing() -> None:

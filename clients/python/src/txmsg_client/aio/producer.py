@@ -10,19 +10,12 @@ from typing import TYPE_CHECKING, Any, Self
 
 import httpx
 
+from txmsg_client import _calls as calls
 from txmsg_client import _local
-from txmsg_client._http import auth_headers
-from txmsg_client.aio._http import TRANSPORT_ERRORS, call
+from txmsg_client._wire import Message
+from txmsg_client.aio._http import TRANSPORT_ERRORS, AsyncTransport
 from txmsg_client.errors import AlreadyCommitted, TxmsgError
-from txmsg_client.producer import (
-    LocalTransaction,
-    Message,
-    TransactionResult,
-    group_path,
-    read_path,
-    send_body,
-    transaction_path,
-)
+from txmsg_client.producer import LocalTransaction, TransactionResult
 from txmsg_client.resolution import Resolution
 
 if TYPE_CHECKING:
@@ -36,55 +29,52 @@ LocalWork = Callable[[dict[str, Any]], Resolution | str | Awaitable[Resolution |
 class AsyncProducer:
     """One producer group's asyncio client of a txmsg service (see ``Producer``).
 
-    ``client``: an ``httpx.AsyncClient`` of the caller's (kept open by ``aclose``), else one
-    of its own; use ``async with``, or ``await aclose()``.
+    ``client``: an ``httpx.AsyncClient`` of the caller's (``aclose`` leaves it open), else
+    one of its own; use ``async with``, or ``await aclose()``.
     """
 
     def __init__(self, base_url: str, group: str, *, timeout: float = 10.0,
                  client: httpx.AsyncClient | None = None, token: str | None = None) -> None:
-        self.base_url = base_url.rstrip("/")
+        self._transport = AsyncTransport(base_url, token, timeout, client)
+        self.base_url = self._transport.base_url
         self.group = group
         self.timeout = timeout
-        self._own_client = client is None
-        self._client = client or httpx.AsyncClient()
-        self._headers = auth_headers(token)
-        self._group_path = group_path(group)
 
     async def register(self, check_urls: Sequence[str],
                        check_timeout_ms: int = 3000) -> dict[str, Any]:
         """Register (or replace) the group's check URLs; the answer has ``signing_secret``."""
-        return await self._call("PUT", self._group_path, {"check_urls": list(check_urls),
-                                                          "check_timeout_ms": check_timeout_ms})
+        return await self._transport.do(calls.register(self.group, check_urls,
+                                                       check_timeout_ms))
 
     async def registration(self) -> dict[str, Any]:
-        return await self._call("GET", self._group_path)
+        return await self._transport.do(calls.registration(self.group))
 
     async def rotate_signing_secret(self) -> dict[str, Any]:
-        return await self._call("POST", f"{self._group_path}/signing-secret/rotate")
+        return await self._transport.do(calls.rotate_signing_secret(self.group))
 
     async def send(self, messages: Message | Sequence[Message], *,
                    transaction_id: str | None = None, check_url: str | None = None,
                    check_immunity_seconds: int | None = None,
                    acks: Sequence[Mapping[str, Any]] | None = None) -> dict[str, Any]:
         """Store half messages: PREPARED (see ``Producer.send``)."""
-        return await self._call("POST", f"{self._group_path}/transactions", send_body(
-            messages, transaction_id, check_url, check_immunity_seconds, acks))
+        return await self._transport.do(calls.send(self.group, messages, transaction_id,
+                                                   check_url, check_immunity_seconds, acks))
 
     async def commit(self, transaction_id: str) -> dict[str, Any]:
-        return await self._call("POST", transaction_path(self.group, transaction_id, "commit"))
+        return await self._transport.do(calls.finish(self.group, transaction_id, "commit"))
 
     async def rollback(self, transaction_id: str) -> dict[str, Any]:
-        return await self._call("POST", transaction_path(self.group, transaction_id, "rollback"))
+        return await self._transport.do(calls.finish(self.group, transaction_id, "rollback"))
 
     async def get(self, transaction_id: str) -> dict[str, Any]:
-        return await self._call("GET", transaction_path(self.group, transaction_id))
+        return await self._transport.do(calls.transaction(self.group, transaction_id))
 
     async def read(self, topic: str, from_offset: int = 0, limit: int = 100) -> dict[str, Any]:
-        return await self._call("GET", read_path(topic, from_offset, limit))
+        return await self._transport.do(calls.read(topic, from_offset, limit))
 
     async def resume_check(self, transaction_id: str) -> dict[str, Any]:
-        return await self._call("POST", transaction_path(self.group, transaction_id,
-                                                         "resume-check"))
+        return await self._transport.do(calls.finish(self.group, transaction_id,
+                                                     "resume-check"))
 
     async def send_in_transaction(
         self, messages: Message | Sequence[Message], local_transaction: LocalWork, *,
@@ -105,7 +95,7 @@ class AsyncProducer:
             answer = await (self.commit(txid) if resolution is Resolution.COMMIT
                             else self.rollback(txid))
         except (*TRANSPORT_ERRORS, TxmsgError) as exc:
-            if isinstance(exc, TxmsgError) and exc.status < 500:
+            if _local.is_refusal(exc):
                 raise
             log.warning("could not %s transaction %s, the check will: %s",
                         resolution.value.lower(), txid, exc)
@@ -183,15 +173,10 @@ class AsyncProducer:
         local.messages = answer.get("messages", local.messages)
 
     async def aclose(self) -> None:
-        if self._own_client:
-            await self._client.aclose()
+        await self._transport.aclose()
 
     async def __aenter__(self) -> Self:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
-
-    async def _call(self, method: str, path: str, body: Any = None) -> dict[str, Any]:
-        return await call(self._client, method, self.base_url + path, self._headers,
-                          self.timeout, body)

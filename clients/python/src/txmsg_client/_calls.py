@@ -1,0 +1,130 @@
+"""Every call of the service as a request, without I/O: method, path and body. The sync
+driver (``requests``) and the asyncio one (``httpx``) send them (``_http``, ``aio._http``)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple
+from urllib.parse import quote
+
+from txmsg_client._wire import Message
+
+
+class Request(NamedTuple):
+    method: str
+    path: str
+    body: Any = None
+    wait_ms: int = 0  # a long poll: the call's timeout grows by it
+
+
+# -- a producer group ---------------------------------------------------------------------
+
+def group_path(group: str) -> str:
+    return f"/v1/producer-groups/{quote(group, safe='')}"
+
+
+def transaction_path(group: str, transaction_id: str, action: str | None = None) -> str:
+    path = f"{group_path(group)}/transactions/{quote(transaction_id, safe='')}"
+    return f"{path}/{action}" if action else path
+
+
+def register(group: str, check_urls: Sequence[str], check_timeout_ms: int) -> Request:
+    return Request("PUT", group_path(group), {"check_urls": list(check_urls),
+                                              "check_timeout_ms": check_timeout_ms})
+
+
+def registration(group: str) -> Request:
+    return Request("GET", group_path(group))
+
+
+def rotate_signing_secret(group: str) -> Request:
+    return Request("POST", f"{group_path(group)}/signing-secret/rotate")
+
+
+def send_body(messages: Message | Sequence[Message], transaction_id: str | None,
+              check_url: str | None, check_immunity_seconds: int | None,
+              acks: Sequence[Mapping[str, Any]] | None) -> dict[str, Any]:
+    """The body of a send (one message or several)."""
+    batch = [messages] if isinstance(messages, Mapping) else list(messages)
+    body: dict[str, Any] = {"messages": [dict(m) for m in batch]}
+    if transaction_id is not None:
+        body["transaction_id"] = transaction_id
+    if check_url is not None:
+        body["check_url"] = check_url
+    if check_immunity_seconds is not None:
+        body["check_immunity_seconds"] = check_immunity_seconds
+    if acks:
+        body["acks"] = [dict(a) for a in acks]
+    return body
+
+
+def send(group: str, messages: Message | Sequence[Message], transaction_id: str | None,
+         check_url: str | None, check_immunity_seconds: int | None,
+         acks: Sequence[Mapping[str, Any]] | None) -> Request:
+    return Request("POST", f"{group_path(group)}/transactions", send_body(
+        messages, transaction_id, check_url, check_immunity_seconds, acks))
+
+
+def finish(group: str, transaction_id: str, action: str) -> Request:
+    """``commit``, ``rollback`` or ``resume-check``."""
+    return Request("POST", transaction_path(group, transaction_id, action))
+
+
+def transaction(group: str, transaction_id: str) -> Request:
+    return Request("GET", transaction_path(group, transaction_id))
+
+
+def read(topic: str, from_offset: int, limit: int) -> Request:
+    return Request("GET", f"/v1/topics/{quote(topic, safe='')}/messages"
+                          f"?from_offset={from_offset}&limit={limit}")
+
+
+# -- a subscription -----------------------------------------------------------------------
+
+def subscription_path(topic: str, subscription: str) -> str:
+    return f"/v1/topics/{quote(topic, safe='')}/subscriptions/{quote(subscription, safe='')}"
+
+
+def subscribe(path: str, *, initial_position: str | None, ack_timeout_ms: int | None,
+              max_redeliveries: int | None, redelivery_backoff: Mapping[str, int] | None,
+              dead_letter_topic: str | None) -> Request:
+    """Create or change a subscription: only the settings given are sent."""
+    settings = {"initial_position": initial_position, "ack_timeout_ms": ack_timeout_ms,
+                "max_redeliveries": max_redeliveries,
+                "redelivery_backoff": dict(redelivery_backoff) if redelivery_backoff else None,
+                "dead_letter_topic": dead_letter_topic}
+    return Request("PUT", path, {k: v for k, v in settings.items() if v is not None})
+
+
+def describe(path: str) -> Request:
+    return Request("GET", path)
+
+
+def unsubscribe(path: str) -> Request:
+    return Request("DELETE", path)
+
+
+def receive(path: str, max_messages: int, wait_ms: int) -> Request:
+    return Request("POST", f"{path}/receive", {"max_messages": max_messages,
+                                               "wait_ms": wait_ms}, wait_ms)
+
+
+def settle(path: str, action: str, offsets: list[int],
+           delay_ms: int | None = None) -> Request | None:
+    """``ack``, ``nack`` or ``renew`` of ``offsets``; None when there are none (no call)."""
+    if not offsets:
+        return None
+    body: dict[str, Any] = {"offsets": offsets}
+    if delay_ms is not None:
+        body["delay_ms"] = delay_ms
+    return Request("POST", f"{path}/{action}", body)
+
+
+def settled(action: str, answer: Mapping[str, Any], asked: int) -> int:
+    """How many an ``ack``, ``nack`` or ``renew`` changed."""
+    key = {"ack": "acked", "nack": "nacked", "renew": "renewed"}[action]
+    return int(answer.get(key, asked if action == "nack" else 0))
+
+
+def seek(path: str, offset: int) -> Request:
+    return Request("POST", f"{path}/seek", {"offset": offset})
