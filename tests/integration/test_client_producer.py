@@ -102,7 +102,7 @@ def test_send_in_transaction_follows_the_local_transaction(producer: Producer) -
 def test_an_unreachable_service_after_the_local_transaction_leaves_it_to_the_check(
         app: Any) -> None:
     server = LiveServer(app)
-    p = Producer(server.url, "shop", timeout=2)
+    p = Producer(server.url, "shop", timeout=2, retry_seconds=0.5)  # the commit tried 0.5 s
     p.register(["http://127.0.0.1:9/check"])
 
     def local(sent: dict[str, Any]) -> Resolution:

@@ -3,6 +3,7 @@ driver (``requests``) and the asyncio one (``httpx``) send them (``_http``, ``ai
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 from urllib.parse import quote
@@ -15,6 +16,7 @@ class Request(NamedTuple):
     path: str
     body: Any = None
     wait_ms: int = 0  # a long poll: the call's timeout grows by it
+    idempotent: bool = False  # safe to try again (``_retry``)
 
 
 # -- a producer group ---------------------------------------------------------------------
@@ -30,7 +32,8 @@ def transaction_path(group: str, transaction_id: str, action: str | None = None)
 
 def register(group: str, check_urls: Sequence[str], check_timeout_ms: int) -> Request:
     return Request("PUT", group_path(group), {"check_urls": list(check_urls),
-                                              "check_timeout_ms": check_timeout_ms})
+                                              "check_timeout_ms": check_timeout_ms},
+                   idempotent=True)
 
 
 def registration(group: str) -> Request:
@@ -61,13 +64,21 @@ def send_body(messages: Message | Sequence[Message], transaction_id: str | None,
 def send(group: str, messages: Message | Sequence[Message], transaction_id: str | None,
          check_url: str | None, check_immunity_seconds: int | None,
          acks: Sequence[Mapping[str, Any]] | None) -> Request:
+    """A send, idempotent by its transaction id: one of the client's own when none is given,
+    so that a retry never stores the messages twice."""
     return Request("POST", f"{group_path(group)}/transactions", send_body(
-        messages, transaction_id, check_url, check_immunity_seconds, acks))
+        messages, transaction_id or new_transaction_id(), check_url, check_immunity_seconds,
+        acks), idempotent=True)
+
+
+def new_transaction_id() -> str:
+    return uuid.uuid4().hex
 
 
 def finish(group: str, transaction_id: str, action: str) -> Request:
-    """``commit``, ``rollback`` or ``resume-check``."""
-    return Request("POST", transaction_path(group, transaction_id, action))
+    """``commit`` or ``rollback`` (idempotent), or ``resume-check``."""
+    return Request("POST", transaction_path(group, transaction_id, action),
+                   idempotent=action in ("commit", "rollback"))
 
 
 def transaction(group: str, transaction_id: str) -> Request:

@@ -22,6 +22,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+DEFAULT_RETRY_SECONDS = 30.0
+
 
 @dataclass
 class TransactionResult:
@@ -50,11 +52,16 @@ class LocalTransaction:
 class Producer:
     """One producer group's client of a txmsg service; ``token``: a bearer token with the
     scope ``produce:<group>``, for a service with access control on. ``session``: a
-    ``requests.Session`` of the caller's (``close`` leaves it open), else one of its own."""
+    ``requests.Session`` of the caller's (``close`` leaves it open), else one of its own.
+
+    ``send`` (with its transaction id: the client makes one when none is given),
+    ``commit``, ``rollback`` and ``register`` are safe to repeat: a connection error or a
+    503 is tried again, with a growing wait, for up to ``retry_seconds`` (0: never)."""
 
     def __init__(self, base_url: str, group: str, *, timeout: float = 10.0,
-                 session: requests.Session | None = None, token: str | None = None) -> None:
-        self._transport = Transport(base_url, token, timeout, session)
+                 session: requests.Session | None = None, token: str | None = None,
+                 retry_seconds: float = DEFAULT_RETRY_SECONDS) -> None:
+        self._transport = Transport(base_url, token, timeout, session, retry_seconds)
         self.base_url = self._transport.base_url
         self.group = group
         self.timeout = timeout

@@ -15,7 +15,7 @@ from txmsg_client import _local
 from txmsg_client._wire import Message
 from txmsg_client.aio._http import TRANSPORT_ERRORS, AsyncTransport
 from txmsg_client.errors import AlreadyCommitted, TxmsgError
-from txmsg_client.producer import LocalTransaction, TransactionResult
+from txmsg_client.producer import DEFAULT_RETRY_SECONDS, LocalTransaction, TransactionResult
 from txmsg_client.resolution import Resolution
 
 if TYPE_CHECKING:
@@ -34,8 +34,9 @@ class AsyncProducer:
     """
 
     def __init__(self, base_url: str, group: str, *, timeout: float = 10.0,
-                 client: httpx.AsyncClient | None = None, token: str | None = None) -> None:
-        self._transport = AsyncTransport(base_url, token, timeout, client)
+                 client: httpx.AsyncClient | None = None, token: str | None = None,
+                 retry_seconds: float = DEFAULT_RETRY_SECONDS) -> None:
+        self._transport = AsyncTransport(base_url, token, timeout, client, retry_seconds)
         self.base_url = self._transport.base_url
         self.group = group
         self.timeout = timeout
