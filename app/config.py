@@ -101,6 +101,9 @@ class Settings(BaseSettings):
     # logs: "text" lines, or "json" (one object per line); the level is also txmsg --log-level
     log_format: Literal["text", "json"] = "text"
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = "INFO"
+    # /metrics: what it reads from the database (and the per-subscription counters) is
+    # computed at most this often, by one scrape at a time; the others answer with it
+    metrics_cache_seconds: float = Field(5, ge=0)
 
     # check service
     checker_batch_size: int = Field(200, ge=1)

@@ -5,13 +5,19 @@ first imported and scrapes aggregate every process's files.
 Every series whose label values are known in advance (check results, writers) is created
 here at 0, so that it shows from the first scrape (a missing series is not a zero to a
 rate() or an alert). The HTTP histogram's labels are the route pattern, the method and the
-status, never the raw path: its cardinality is bounded by the routes.
+status, never the raw path: its cardinality is bounded by the routes. The series of each
+topic and subscription (gauges read from the database, and the per-subscription counters)
+are built afresh, for the topics and subscriptions that exist, at most once every
+TXMSG_METRICS_CACHE_SECONDS (``Exposition``).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Iterator
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import NamedTuple
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -22,7 +28,9 @@ from prometheus_client import (
     Histogram,
     generate_latest,
 )
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
 
 from app.vocabulary import CheckResult
 
@@ -102,6 +110,7 @@ __all__ = [
     "DISCARDED",
     "FINISH_LATENCY",
     "HTTP_DURATION",
+    "PER_SUBSCRIPTION",
     "QUEUE_DEPTH",
     "REDELIVERIES",
     "RETENTION_DELETED",
@@ -112,81 +121,117 @@ __all__ = [
     "WAKEUPS",
     "WAKEUP_SOURCES",
     "WRITERS",
-    "render",
+    "DatabaseState",
+    "Exposition",
 ]
 
 
-class _Backlog:
-    """Gauges read from the database at scrape time."""
+class DatabaseState(NamedTuple):
+    """What /metrics reads from the database: one bounded set of queries."""
 
-    def __init__(self, read: Callable[[], tuple[int, float]]) -> None:
-        self._read = read
+    half_messages: int  # of PREPARED transactions
+    oldest_prepared_age: float  # seconds; 0 when nothing is PREPARED
+    oldest_retained: Sequence[tuple[str, float]]  # (topic, age of its oldest retained one)
+    backlogs: Sequence[tuple[str, str, int]]  # (topic, subscription, backlog)
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
-        half_messages, oldest_age = self._read()
-        yield GaugeMetricFamily("txmsg_half_messages",
-                                "Half messages not yet resolved (PREPARED), from the database.",
-                                value=half_messages)
-        yield GaugeMetricFamily(
+
+PER_SUBSCRIPTION = (REDELIVERIES, DEAD_LETTERS, SUBSCRIPTION_EXPIRED)
+_PER_SUBSCRIPTION = {family.name: family.documentation
+                     for counter in PER_SUBSCRIPTION for family in counter.describe()}
+
+
+class _Families(Collector):
+    def __init__(self, families: Iterable[Metric]) -> None:
+        self._families = families
+
+    def collect(self) -> Iterable[Metric]:
+        return self._families
+
+
+def _text(families: Iterable[Metric]) -> bytes:
+    return generate_latest(_Families(families))
+
+
+def _database_families(state: DatabaseState, counted: Iterable[Metric]) -> list[Metric]:
+    """The gauges read from the database, and the per-subscription counters (``counted``:
+    as the processes counted them) for the subscriptions that exist now, at 0 until they
+    count: a deleted subscription's series are gone, whatever the processes counted."""
+    subscriptions = [(topic, name) for topic, name, _ in state.backlogs]
+    families: list[Metric] = [
+        GaugeMetricFamily("txmsg_half_messages",
+                          "Half messages not yet resolved (PREPARED), from the database.",
+                          value=state.half_messages),
+        GaugeMetricFamily(
             "txmsg_oldest_prepared_transaction_age_seconds",
             "Age of the oldest PREPARED transaction (0 when there is none), from the database.",
-            value=oldest_age)
+            value=state.oldest_prepared_age)]
+    retained = GaugeMetricFamily(
+        "txmsg_retention_oldest_message_age_seconds",
+        "Age of the oldest committed message still retained, per topic, from the database.",
+        labels=["topic"])
+    for topic, age in state.oldest_retained:
+        retained.add_metric([topic], age)
+    backlog = GaugeMetricFamily(
+        "txmsg_subscription_backlog",
+        "Committed messages a subscription has not acknowledged (leased and delayed "
+        "ones included), from the database.", labels=["topic", "subscription"])
+    for topic, name, value in state.backlogs:
+        backlog.add_metric([topic, name], value)
+    families += [retained, backlog]
+    totals: dict[str, dict[tuple[str, str], float]] = {name: {} for name in _PER_SUBSCRIPTION}
+    for family in counted:
+        for sample in family.samples:
+            if family.name in totals and sample.name.endswith("_total"):
+                key = (sample.labels["topic"], sample.labels["subscription"])
+                totals[family.name][key] = totals[family.name].get(key, 0.0) + sample.value
+    for name, documentation in _PER_SUBSCRIPTION.items():
+        counter = CounterMetricFamily(name, documentation, labels=["topic", "subscription"])
+        for key in subscriptions:
+            counter.add_metric(list(key), totals[name].get(key, 0.0))
+        families.append(counter)
+    return families
 
 
-class _OldestRetained:
-    """Per topic, the age of its oldest retained committed message, at scrape time."""
+class Exposition:
+    """/metrics' text: the process metrics (every process's under serve) as they are at
+    each scrape, then what comes from the database with the per-subscription counters,
+    computed at most once every ``ttl`` seconds and by one scrape at a time, the
+    scrapes meanwhile answering with the last computation. A scrape then costs the same
+    however many topics and subscriptions there are and however many scrapers ask, and
+    each computation builds its series afresh from the database (nothing kept per label,
+    so what was deleted disappears)."""
 
-    def __init__(self, ages: Callable[[], Iterable[tuple[str, float]]]) -> None:
-        self._ages = ages
+    def __init__(self, read: Callable[[], DatabaseState], ttl: float, *,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._read, self._ttl, self._clock = read, ttl, clock
+        self._computing = threading.Lock()
+        self._last: tuple[float, bytes] | None = None  # (when its computation began, text)
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
-        family = GaugeMetricFamily(
-            "txmsg_retention_oldest_message_age_seconds",
-            "Age of the oldest committed message still retained, per topic, from the database.",
-            labels=["topic"])
-        for topic, age in self._ages():
-            family.add_metric([topic], age)
-        yield family
+    def render(self) -> bytes:
+        if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+            from prometheus_client import multiprocess
 
+            registry = CollectorRegistry()
+            multiprocess.MultiProcessCollector(registry)
+        else:
+            registry = REGISTRY
+        families = list(registry.collect())
+        own = [f for f in families if f.name not in _PER_SUBSCRIPTION]
+        counted = [f for f in families if f.name in _PER_SUBSCRIPTION]
+        return _text(own) + self._database_part(counted)
 
-class _SubscriptionBacklog:
-    """Per subscription, its backlog, at scrape time."""
+    def _fresh(self) -> bytes | None:
+        last = self._last
+        return last[1] if last is not None and self._clock() - last[0] < self._ttl else None
 
-    def __init__(self, backlogs: Iterable[tuple[str, str, int]]) -> None:
-        self._backlogs = backlogs
-
-    def collect(self) -> Iterator[GaugeMetricFamily]:
-        family = GaugeMetricFamily(
-            "txmsg_subscription_backlog",
-            "Committed messages a subscription has not acknowledged (leased and delayed "
-            "ones included), from the database.", labels=["topic", "subscription"])
-        for topic, name, backlog in self._backlogs:
-            family.add_metric([topic, name], backlog)
-        yield family
-
-
-def render(prepared_backlog: Callable[[], tuple[int, float]],
-           oldest_retained: Callable[[], Iterable[tuple[str, float]]] = lambda: (),
-           subscription_backlogs: Callable[[], Iterable[tuple[str, str, int]]] = lambda: (),
-           ) -> bytes:
-    """The exposition text: process metrics (all processes under serve) plus DB gauges;
-    ``prepared_backlog`` gives (half messages, oldest PREPARED transaction's age),
-    ``oldest_retained`` (topic, age of its oldest retained message),
-    ``subscription_backlogs`` (topic, subscription, backlog). Each subscription's
-    counters show from the first scrape that knows it, at 0 until they count."""
-    backlogs = list(subscription_backlogs())
-    for topic, name, _ in backlogs:
-        for counter in (REDELIVERIES, DEAD_LETTERS, SUBSCRIPTION_EXPIRED):
-            counter.labels(topic, name)
-    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
-        from prometheus_client import multiprocess
-
-        registry = CollectorRegistry()
-        multiprocess.MultiProcessCollector(registry)
-    else:
-        registry = REGISTRY
-    db_registry = CollectorRegistry()
-    db_registry.register(_Backlog(prepared_backlog))
-    db_registry.register(_OldestRetained(oldest_retained))
-    db_registry.register(_SubscriptionBacklog(backlogs))
-    return generate_latest(registry) + generate_latest(db_registry)
+    def _database_part(self, counted: list[Metric]) -> bytes:
+        text = self._fresh()
+        if text is not None:
+            return text
+        with self._computing:
+            text = self._fresh()  # computed while this scrape waited
+            if text is None:
+                began = self._clock()
+                text = _text(_database_families(self._read(), counted))
+                self._last = (began, text)
+            return text

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 
 from flask import Flask
 from sqlalchemy import Engine
 
-from app import heap, tracing, ui
-from app.api import access, bodies, flask_routes, telemetry
+from app import heap, metrics, tracing, ui
+from app.api import access, bodies, flask_routes, health, telemetry
 from app.api.asgi import Api
 from app.config import Settings
 from app.domain.lifecycle import Lifecycle
@@ -33,6 +33,11 @@ class AppState:
     # reads that may lag: offset reads, message lookups, the dashboard's read pages
     # (TXMSG_READ_DATABASE_URL's standby; else ``engine``)
     read_engine: Engine | None = None
+    exposition: metrics.Exposition = field(init=False)  # /metrics, with its computations
+
+    def __post_init__(self) -> None:
+        self.exposition = metrics.Exposition(partial(health.database_state, self.engine),
+                                             self.settings.metrics_cache_seconds)
 
     @property
     def reader(self) -> Engine:

@@ -30,6 +30,7 @@ class Server:
                  database: str | None = None) -> None:
         self.port, self.name, self.database = port, name, database
         self.token: str | None = None  # the producers' bearer token, with access control on
+        self.admin_token: str | None = None  # what ``get`` sends (/metrics needs it then)
         self.log = Path(tempfile.mkstemp(prefix=f"txmsg-bench-{name}-", suffix=".log")[1])
         self.proc = subprocess.Popen(argv, env=env, stdout=self.log.open("w"),
                                      stderr=subprocess.STDOUT, start_new_session=True)
@@ -61,7 +62,8 @@ class Server:
     def get(self, path: str) -> bytes:
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
         try:
-            conn.request("GET", path)
+            auth = {"Authorization": f"Bearer {self.admin_token}"} if self.admin_token else {}
+            conn.request("GET", path, headers=auth)
             return conn.getresponse().read()
         finally:
             conn.close()
@@ -108,6 +110,7 @@ def serve_with_access_control(database_url: str, **settings: object) -> Server:
     from bench.client import GROUP, make_token
 
     server = serve(database_url, admin_token=BENCH_ADMIN_TOKEN, **settings)
+    server.admin_token = BENCH_ADMIN_TOKEN
     try:
         server.token = make_token(server.port, BENCH_ADMIN_TOKEN, [f"produce:{GROUP}"])
     except Exception:

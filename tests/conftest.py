@@ -77,6 +77,9 @@ def postgres_url(pg_database: str) -> str:
 
 
 def make_settings(database_url: str, **overrides: object) -> Settings:
+    """Settings for a test; /metrics computes its database series at every scrape (tests
+    read them right after what they did) unless the test sets a window."""
+    overrides.setdefault("metrics_cache_seconds", 0)
     return Settings(database_url=database_url, **overrides)  # type: ignore[arg-type]
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from sqlalchemy import Engine
+
 from app import metrics
 from app.api.call import Answer, Call, Raw
 from app.domain import health, reads, retention, subscriptions
@@ -32,11 +34,14 @@ def readyz(call: Call) -> Answer:
 
 def metrics_view(call: Call) -> Answer:
     """Prometheus text exposition."""
-    engine = call.state.engine
-    return 200, Raw(metrics.render(lambda: reads.prepared_backlog(engine),
-                                   lambda: retention.oldest_ages(engine),
-                                   lambda: subscriptions.backlogs(engine)),
-                    metrics.CONTENT_TYPE_LATEST)
+    return 200, Raw(call.state.exposition.render(), metrics.CONTENT_TYPE_LATEST)
+
+
+def database_state(engine: Engine) -> metrics.DatabaseState:
+    """What /metrics reads from the database: three queries, whatever is stored."""
+    prepared = reads.prepared_backlog(engine)
+    return metrics.DatabaseState(prepared.half_messages, prepared.oldest_age_seconds,
+                                 retention.oldest_ages(engine), subscriptions.backlogs(engine))
 
 
 def openapi(call: Call) -> Answer:

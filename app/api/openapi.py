@@ -290,8 +290,8 @@ class _Builder:
             "components": {
                 "securitySchemes": {BEARER: {
                     "type": "http", "scheme": "bearer", "description": (
-                        "`Authorization: Bearer <token>` on every `/v1/...` request while "
-                        "access control is on (TXMSG_ADMIN_TOKEN set): the admin token, or a "
+                        "`Authorization: Bearer <token>` on every `/v1/...` request and "
+                        "`/metrics` while access control is on (TXMSG_ADMIN_TOKEN set): the admin token, or a "
                         "token made with `POST /v1/tokens`. Each operation names the scope it "
                         "needs in `x-required-scope`.")}},
                 "parameters": self.parameters(),

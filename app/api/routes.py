@@ -48,7 +48,7 @@ from app.api.schemas import (
     Transaction,
     TransactionList,
 )
-from app.domain.access import ADMIN, CONSUME, PRODUCE
+from app.domain.access import ADMIN, CONSUME, METRICS, PRODUCE
 from app.domain.messages import (
     ProducerGroupIn,
     SingleMessageTransactionIn,
@@ -271,8 +271,9 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", "/readyz", OPEN, health.readyz, "readyz", "health",
           "The database answers and its schema is at head", {"200": Ready},
           {"503": "database_unavailable, schema_not_at_head"}, own_threads=True),
-    Route("GET", "/metrics", OPEN, health.metrics_view, "metrics", "health",
-          "Prometheus text exposition",
+    Route("GET", "/metrics", requires(METRICS), health.metrics_view, "metrics", "health",
+          "Prometheus text exposition (what comes from the database: computed at most "
+          "once every TXMSG_METRICS_CACHE_SECONDS)",
           {"200": {"description": "Metrics.",
                    "content": {"text/plain": {"schema": {"type": "string"}}}}}, dict(_DB)),
     Route("GET", "/openapi.json", OPEN, health.openapi, "openapi", "health", "This document",

@@ -21,7 +21,8 @@ def group() -> None:
 @group.command("create")
 @click.option("--name", required=True, help="A label for people: who holds it, what for.")
 @click.option("--scope", "scopes", multiple=True, required=True,
-              help="admin, produce:<group>, consume:<topic> (* for every name); repeatable.")
+              help="admin, metrics, produce:<group>, consume:<topic> (* for every name); "
+                   "repeatable.")
 @click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
 def create(name: str, scopes: tuple[str, ...], as_json: bool) -> None:
     """Make a token; its secret is printed this once."""

@@ -1,8 +1,8 @@
 """Scopes and the one function that decides what a token's scopes allow.
 
-A scope is ``admin`` (everything), ``produce:<group>`` (the group's registration and
-transactions) or ``consume:<topic>`` (the topic's messages); ``*`` in place of a name
-means every name.
+A scope is ``admin`` (everything), ``metrics`` (``/metrics``: what Prometheus scrapes with),
+``produce:<group>`` (the group's registration and transactions) or ``consume:<topic>``
+(the topic's messages); ``*`` in place of a name means every name.
 """
 
 from __future__ import annotations
@@ -16,9 +16,11 @@ from app.domain.names import NAME_PATTERN
 ADMIN = "admin"
 PRODUCE = "produce"
 CONSUME = "consume"
+METRICS = "metrics"
 ANY_NAME = "*"
-ACTIONS = (ADMIN, PRODUCE, CONSUME)
-SCOPE_PATTERN = rf"^(?:{ADMIN}|(?:{PRODUCE}|{CONSUME}):(?:\*|{NAME_PATTERN[1:-1]}))$"
+ACTIONS = (ADMIN, PRODUCE, CONSUME, METRICS)
+SCOPE_PATTERN = (rf"^(?:{ADMIN}|{METRICS}|(?:{PRODUCE}|{CONSUME}):"
+                 rf"(?:\*|{NAME_PATTERN[1:-1]}))$")
 _SCOPE_RE = re.compile(SCOPE_PATTERN)
 
 
@@ -27,12 +29,13 @@ def is_valid_scope(scope: object) -> bool:
 
 
 def allows(scopes: Collection[str], action: str, name: str | None = None) -> bool:
-    """Whether ``scopes`` allow ``action`` (admin, produce, consume) on the group or topic
-    ``name``: every access decision of the API comes down to this."""
+    """Whether ``scopes`` allow ``action`` (admin, metrics, produce, consume) on the group
+    or topic ``name`` (None for the actions without one: admin, metrics): every access
+    decision of the API comes down to this."""
     if ADMIN in scopes:
         return True
-    if action == ADMIN or name is None:
-        return False
+    if name is None:
+        return action == METRICS and METRICS in scopes
     return f"{action}:{name}" in scopes or f"{action}:{ANY_NAME}" in scopes
 
 

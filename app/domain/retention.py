@@ -23,7 +23,7 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
@@ -231,7 +231,7 @@ def set_topic_retention(engine: Engine, settings: Settings, topic: str,
     return _topic(state, settings.retention_seconds)
 
 
-def oldest_ages(engine: Engine) -> Iterable[tuple[str, float]]:
+def oldest_ages(engine: Engine) -> list[tuple[str, float]]:
     """(topic, seconds since the commit of its oldest retained message), for /metrics."""
     now = utcnow()
     with engine.connect() as conn:

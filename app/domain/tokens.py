@@ -50,7 +50,8 @@ TokenName = Annotated[StrictStr, Field(
     json_schema_extra={"minLength": 1, "maxLength": MAX_NAME_LENGTH},
     description="A label for people (who holds it, what for); not unique.")]
 Scope = Annotated[StrictStr, Field(json_schema_extra={"pattern": SCOPE_PATTERN}, description=(
-    "`admin`, `produce:<group>` or `consume:<topic>`; `*` in place of a name means all."))]
+    "`admin`, `metrics` (`GET /metrics`), `produce:<group>` or `consume:<topic>`; `*` in "
+    "place of a name means all."))]
 TokenId = Annotated[StrictStr, Field(json_schema_extra={"pattern": TOKEN_ID_PATTERN})]
 
 
@@ -76,8 +77,8 @@ class TokenIn(BaseModel):
         for scope in scopes:
             if not is_valid_scope(scope):
                 raise PydanticCustomError(
-                    "invalid_scope", f"unknown scope {scope[:200]!r}: admin, produce:<group>, "
-                    "consume:<topic> (a name or *)")
+                    "invalid_scope", f"unknown scope {scope[:200]!r}: admin, metrics, "
+                    "produce:<group>, consume:<topic> (a name or *)")
         return list(dict.fromkeys(scopes))  # repeated scopes once, in their order
 
 

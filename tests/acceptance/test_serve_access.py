@@ -80,6 +80,12 @@ def test_tokens_through_the_served_api(serve_factory) -> None:  # type: ignore[n
     page = s.get(f"{url}/v1/topics/orders/messages", headers=as_consumer).json()
     assert [m["body"] for m in page["messages"]] == ["one"]
     assert s.get(f"{url}/v1/topics/orders/messages", headers=as_producer).status_code == 403
+    scraper = make("metrics")  # Prometheus' token: /metrics, and nothing else
+    assert s.get(f"{url}/metrics").status_code == 401
+    assert s.get(f"{url}/metrics", headers=as_consumer).status_code == 403
+    r = s.get(f"{url}/metrics", headers={"Authorization": f"Bearer {scraper['token']}"})
+    assert r.status_code == 200 and "txmsg_commit_messages_total 1.0" in r.text
+    assert s.get(f"{url}/metrics", headers=AS_ADMIN).status_code == 200
     assert s.delete(f"{url}/v1/tokens/{producer['token_id']}",
                     headers=AS_ADMIN).status_code == 204
     # one serve process: the revocation is felt at once (other processes within 5 s)
@@ -88,7 +94,7 @@ def test_tokens_through_the_served_api(serve_factory) -> None:  # type: ignore[n
     assert r.status_code == 401 and 'error="invalid_token"' in r.headers["WWW-Authenticate"]
     served.stop()
     log = served.log.read_text()
-    for secret in (ADMIN_TOKEN, producer["token"], consumer["token"]):
+    for secret in (ADMIN_TOKEN, producer["token"], consumer["token"], scraper["token"]):
         assert secret not in log
 
 

@@ -85,3 +85,19 @@ def test_the_console_script(database_url: str) -> None:
         f"revoked {made['token_id']}\n"
     gone = script.script("tokens", "revoke", made["token_id"], code=1)
     assert gone.stderr.startswith("txmsg: token_not_found: ")
+
+
+def test_a_metrics_token_made_here_scrapes_metrics_and_nothing_else(  # type: ignore[no-untyped-def]
+        txmsg, database_url: str) -> None:
+    made = json.loads(txmsg("create", "--name", "prometheus", "--scope", "metrics",
+                            "--json").output)
+    assert made["scopes"] == ["metrics"]
+    app = create_app(make_settings(database_url, admin_token=ADMIN_TOKEN))
+    try:
+        client = app.test_client()
+        auth = {"Authorization": f"Bearer {made['token']}"}
+        assert client.get("/metrics", headers=auth).status_code == 200
+        assert client.get("/metrics").status_code == 401
+        assert client.get("/v1/topics/orders/messages", headers=auth).status_code == 403
+    finally:
+        app.extensions["txmsg"].close()

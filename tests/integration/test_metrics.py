@@ -1,5 +1,7 @@
 """/metrics as on-call reads it: every series from the first scrape, the oldest PREPARED
-transaction's age, check durations and results, writer queue depth (both stores)."""
+transaction's age, check durations and results, writer queue depth; who may scrape it,
+a deleted subscription's series gone, and concurrent scrapes reading the database once
+(both stores)."""
 
 from __future__ import annotations
 
@@ -11,16 +13,23 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import requests
 from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
-from sqlalchemy import create_engine, update
+from sqlalchemy import create_engine, event, update
 
+from app.api import asgi
+from app.api.health import database_state
+from app.metrics import DatabaseState, Exposition
 from app.storage.schema import txn
 from app.storage.writer import GroupCommitWriter
 from app.vocabulary import CheckResult
+from app.web import create_app
+from tests.asgi_client import AsgiClient
 from tests.callbacks import answer, wait_until
+from tests.conftest import LiveServer, make_settings
 from tests.integration.checker_harness import harness_factory  # noqa: F401
-from tests.integration.helpers import finish, register, send
+from tests.integration.helpers import FakeClock, finish, register, send, statements_run
 from tests.logs import captured_logs
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -154,3 +163,137 @@ def test_writer_queue_depth_counts_what_waits_behind_a_stuck_batch(database_url:
         release.set()
         writer.close()
         engine.dispose()
+
+
+ADMIN_TOKEN = "metrics-test-admin-token-0123456789"
+
+
+def _as(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def _token(client: Any, *scopes: str) -> str:
+    r = client.post("/v1/tokens", json={"name": "t", "scopes": list(scopes)},
+                    headers=_as(ADMIN_TOKEN))
+    assert r.status_code == 201, r.json
+    token: str = r.json["token"]
+    return token
+
+
+def test_with_access_control_on_metrics_needs_the_metrics_scope_or_admin(
+        database_url: str) -> None:
+    """On Flask and on the ASGI front alike (Prometheus' ``authorization`` setting)."""
+    app = create_app(make_settings(database_url, admin_token=ADMIN_TOKEN))
+    front = AsgiClient(asgi.Api(app))
+    try:
+        client = app.test_client()
+        consumer, scraper = _token(client, "consume:*"), _token(client, "metrics")
+        for auth, status in ((None, 401), (consumer, 403), (scraper, 200),
+                             (ADMIN_TOKEN, 200)):
+            headers = _as(auth) if auth else {}
+            r = client.get("/metrics", headers=headers)
+            assert r.status_code == status, (auth, r.data)
+            served = front.request("GET", "/metrics", headers=list(headers.items()))
+            assert served.status == status, (auth, served)
+            if status == 200:
+                assert ("txmsg_half_messages", ()) in samples(r.data.decode())
+                assert ("txmsg_half_messages", ()) in samples(served.body.decode())
+            else:
+                assert r.json["code"] == ("unauthenticated" if status == 401 else "forbidden")
+        # the scope opens /metrics and nothing else
+        assert client.get("/v1/topics/t/messages", headers=_as(scraper)).status_code == 403
+    finally:
+        front.close()
+        app.extensions["txmsg"].close()
+
+
+def _series_of(text: str, subscription: str) -> set[str]:
+    return {name for name, labels in samples(text)
+            if ("subscription", subscription) in labels}
+
+
+def test_a_deleted_subscriptions_series_are_gone_from_the_next_scrape(client: Any) -> None:
+    register(client)
+    for name in ("gone", "kept"):
+        assert client.put(f"/v1/topics/t/subscriptions/{name}", json={
+            "initial_position": "earliest"}).status_code == 201
+    send(client, transaction_id="m", topic="t", body="x")
+    assert finish(client, "m", "commit").status_code == 200
+    base = "/v1/topics/t/subscriptions/gone"
+    assert [m["offset"] for m in client.post(f"{base}/receive").json["messages"]] == [0]
+    assert client.post(f"{base}/nack", json={"offsets": [0], "delay_ms": 0}).status_code == 200
+    again = client.post(f"{base}/receive").json["messages"]
+    assert [m["offset"] for m in again] == [0]  # a redelivery: counted for "gone"
+    per_subscription = {"txmsg_subscription_backlog", "txmsg_redeliveries_total",
+                        "txmsg_dead_letter_messages_total",
+                        "txmsg_subscription_expired_messages_total"}
+    text = client.get("/metrics").data.decode()
+    assert _series_of(text, "gone") == _series_of(text, "kept") == per_subscription
+    assert samples(text)[("txmsg_redeliveries_total",
+                          (("subscription", "gone"), ("topic", "t")))] >= 1
+
+    assert client.delete(base).status_code == 204
+
+    text = client.get("/metrics").data.decode()
+    assert _series_of(text, "gone") == set()
+    assert _series_of(text, "kept") == per_subscription
+
+
+def test_concurrent_scrapes_compute_the_database_series_once(database_url: str) -> None:
+    """Eight scrapes at once, the first held inside its computation until all eight are
+    being served: the database is read once, and every scrape answers with that read."""
+    app = create_app(make_settings(database_url, metrics_cache_seconds=3600))
+    server = LiveServer(app)
+    engine = app.extensions["txmsg"].engine
+    with statements_run(engine) as one:
+        database_state(engine)
+    computation = len(one)
+    release, statements = threading.Event(), []
+
+    def on_execute(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        if not statement.startswith("BEGIN"):  # as statements_run counts them
+            statements.append(statement)
+            release.wait(30)
+
+    scrapes = 8
+    answers: list[int] = []
+
+    def scrape_once() -> None:
+        answers.append(requests.get(f"{server.url}/metrics", timeout=60).status_code)
+
+    def serving() -> int:
+        return sum(1 for t in threading.enumerate() if "process_request_thread" in t.name)
+
+    event.listen(engine, "before_cursor_execute", on_execute)
+    threads = [threading.Thread(target=scrape_once) for _ in range(scrapes)]
+    try:
+        for thread in threads:
+            thread.start()
+        wait_until(lambda: statements and serving() >= scrapes,
+                   what="every scrape served, one computing")
+        release.set()
+        for thread in threads:
+            thread.join(timeout=60)
+        assert answers == [200] * scrapes
+        assert len(statements) == computation
+    finally:
+        release.set()
+        event.remove(engine, "before_cursor_execute", on_execute)
+        server.stop()
+        app.extensions["txmsg"].close()
+
+
+def test_the_database_is_read_at_most_once_per_window() -> None:
+    clock, reads = FakeClock(), []
+
+    def read() -> DatabaseState:
+        reads.append(clock.now)
+        return DatabaseState(len(reads), 0.0, [], [])
+
+    exposition = Exposition(read, 5.0, clock=clock)
+    first = samples(exposition.render().decode())
+    clock.now += 4.9
+    assert samples(exposition.render().decode())[("txmsg_half_messages", ())] == 1
+    clock.now += 0.2
+    assert samples(exposition.render().decode())[("txmsg_half_messages", ())] == 2
+    assert len(reads) == 2 and first[("txmsg_half_messages", ())] == 1

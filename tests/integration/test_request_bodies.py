@@ -166,8 +166,9 @@ def test_only_a_send_takes_more_than_1_mib(app: Any, settings: Settings) -> None
 
 
 def test_open_routes_and_the_dashboard_work_without_a_token(front: AsgiClient) -> None:
-    for path in ("/healthz", "/readyz", "/metrics", "/openapi.json", "/ui/sign-in"):
+    for path in ("/healthz", "/readyz", "/openapi.json", "/ui/sign-in"):
         assert front.request("GET", path).status == 200, path
+    assert front.request("GET", "/metrics").status == 401  # the metrics scope, or admin
     form = front.request("GET", "/ui/sign-in")
     cookie = form.headers["set-cookie"].split(";")[0]
     csrf = form.body.split(b'name="csrf_token" value="')[1].split(b'"')[0].decode()

@@ -32,8 +32,16 @@ def test_promtool_accepts_the_alert_rules() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def test_promtool_accepts_the_prometheus_configuration() -> None:
-    result = promtool("check", "config", "prometheus.yml")
+def test_promtool_accepts_the_prometheus_configuration(tmp_path: Path) -> None:
+    """Checked whole (rule files and the credentials file included) on a copy whose
+    credentials file, compose's secret in the container, exists."""
+    config = yaml.safe_load((PROMETHEUS / "prometheus.yml").read_text())
+    token = tmp_path / "txmsg_metrics_token"
+    token.write_text("txmsg_0123456789abcdef_" + "x" * 43)
+    config["scrape_configs"][0]["authorization"]["credentials_file"] = str(token)
+    shutil.copy(PROMETHEUS / "alerts.yml", tmp_path / "alerts.yml")
+    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
+    result = promtool("check", "config", str(tmp_path / "prometheus.yml"))
     assert result.returncode == 0, result.stdout + result.stderr
 
 
@@ -72,6 +80,12 @@ def test_prometheus_scrapes_the_compose_api_service() -> None:
     assert job["metrics_path"] == "/metrics"
     assert job["static_configs"][0]["targets"] == ["api:8080"]
     assert config["rule_files"] == ["alerts.yml"]
+    # /metrics with access control on: a bearer token from compose's secret
+    assert job["authorization"] == {"type": "Bearer",
+                                    "credentials_file": "/run/secrets/txmsg_metrics_token"}
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    assert compose["services"]["prometheus"]["secrets"] == ["txmsg_metrics_token"]
+    assert compose["secrets"]["txmsg_metrics_token"] == {"environment": "PROMETHEUS_TOKEN"}
 
 
 @pytest.fixture(scope="module")

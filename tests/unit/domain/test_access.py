@@ -7,6 +7,7 @@ import pytest
 from app.domain.access import (
     ADMIN,
     CONSUME,
+    METRICS,
     PRODUCE,
     UNRESTRICTED,
     allows,
@@ -15,7 +16,7 @@ from app.domain.access import (
 )
 
 
-@pytest.mark.parametrize("scope", ["admin", "produce:orders-svc", "consume:orders",
+@pytest.mark.parametrize("scope", ["admin", "metrics", "produce:orders-svc", "consume:orders",
                                    "produce:*", "consume:*", "consume:TRANS_CHECK_MAX_TIME_TOPIC",
                                    f"consume:{'t' * 127}", "produce:a%b|c_d-e"])
 def test_valid_scopes(scope: str) -> None:
@@ -23,7 +24,7 @@ def test_valid_scopes(scope: str) -> None:
 
 
 @pytest.mark.parametrize("scope", ["", "Admin", "admin:x", "produce", "produce:", "consume:",
-                                   "read:orders", "produce:bad name", "consume:a/b",
+                                   "read:orders", "metrics:x", "metrics:*", "produce:bad name", "consume:a/b",
                                    f"consume:{'t' * 128}", "produce:**", "produce:a*",
                                    " admin", "admin\n", "consume:orders\n", 7, None])
 def test_invalid_scopes(scope: object) -> None:
@@ -50,6 +51,12 @@ CASES = [
     ({"produce:g"}, PRODUCE, None, False),  # a name is needed to allow anything but admin
     ({"produce:*"}, PRODUCE, "*", True),
     (set(), CONSUME, "t", False),
+    ({"metrics"}, METRICS, None, True),  # /metrics, and nothing else
+    ({"admin"}, METRICS, None, True),
+    ({"metrics"}, ADMIN, None, False),
+    ({"metrics"}, CONSUME, "t", False),
+    ({"consume:*", "produce:*"}, METRICS, None, False),
+    (set(), METRICS, None, False),
 ]
 
 
