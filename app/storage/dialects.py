@@ -186,15 +186,18 @@ def of_sqlalchemy(dialect: SADialect) -> Dialect:
     return _BY_BACKEND[dialect.name]
 
 
-def known_dialect(url: URL) -> Dialect | None:
-    """The dialect of a database URL; None for a database txmsg does not store in."""
-    return _BY_BACKEND.get(url.get_backend_name())
+class UnknownDatabase(ValueError):
+    """A database URL of a database txmsg does not store in."""
+
+    def __init__(self, backend: str) -> None:
+        super().__init__(f"txmsg stores its data in PostgreSQL or SQLite, not {backend!r}")
+        self.backend = backend
 
 
 def dialect_for_url(url: URL) -> Dialect:
-    """The dialect of a database URL; a database txmsg does not store in is an error."""
-    found = known_dialect(url)
+    """The dialect of a database URL (``UnknownDatabase`` for another database)."""
+    backend = url.get_backend_name()
+    found = _BY_BACKEND.get(backend)
     if found is None:
-        raise ValueError(f"txmsg stores its data in PostgreSQL or SQLite, not "
-                         f"{url.get_backend_name()!r}")
+        raise UnknownDatabase(backend)
     return found
