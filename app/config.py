@@ -157,10 +157,6 @@ class Settings(BaseSettings):
     def _split_networks(cls, value: object) -> object:
         return _networks(value) if isinstance(value, str) else value
 
-    @property
-    def is_sqlite(self) -> bool:
-        return self.database_url.startswith("sqlite")
-
 
 def _networks(text: str) -> list[str]:
     return [part.strip() for part in text.split(",") if part.strip()]

@@ -48,7 +48,6 @@ from spark_outbox.progress import INTERVAL_SECONDS, Progress
 from spark_outbox.schema import PARTITION_COLUMNS, RAW_SCHEMA
 from spark_outbox.session import build_session, check_java, under_spark_submit
 from spark_outbox.source import (
-    SQLITE,
     JdbcSource,
     checked_source,
     range_predicate,
@@ -245,7 +244,7 @@ def extract(spark: SparkSession, source: JdbcSource,
     df = (spark.read.options(**source.options())
           .option("customSchema", source.custom_schema)
           .jdbc(source.url, source.committed_table, predicates=predicates))
-    if source.kind == SQLITE:
+    if source.timestamps_as_text:
         df = df.withColumns({c: F.col(c).cast("timestamp") for c in ("created_at", "committed_at")})
     return df.select(*(F.col(f.name).cast(f.dataType).alias(f.name) for f in RAW_SCHEMA))
 

@@ -16,6 +16,7 @@ from sqlalchemy.engine import URL, make_url
 
 from app.config import Settings
 from app.storage.db import read_settings
+from app.storage.dialects import UnknownDatabase, dialect_for_url
 from spark_outbox.errors import EXIT_CANNOT_RUN, IngestError
 from spark_outbox.plan import TopicRange
 
@@ -48,22 +49,27 @@ _COLUMNS = ("topic, queue_offset, message_id, transaction_id, producer_group, ke
 
 @dataclass(frozen=True)
 class JdbcSource:
+    """One database as Spark's JDBC source reads it; what differs per database is set
+    here, once, by ``jdbc_source``."""
+
     kind: str
     url: str
     jar: Path
     display: str  # the database URL without its password, for messages
     properties: dict[str, str] = field(default_factory=dict)
     sqlite_file: Path | None = None
+    # the JDBC schema of the committed messages (``custom_schema``); the timestamps as
+    # selected (``committed_table``); whether they come as text, made timestamps in
+    # ``extract``
+    custom_schema: str = field(default=POSTGRESQL_SCHEMA, kw_only=True)
+    timestamps: str = field(default=_POSTGRESQL_TIMESTAMPS, kw_only=True)
+    timestamps_as_text: bool = field(default=False, kw_only=True)
     # the same database as the driver itself reads it (the watermarks: no Spark job)
     settings: Settings = field(kw_only=True, repr=False, compare=False)
 
     @property
     def driver(self) -> str:
         return DRIVERS[self.kind]
-
-    @property
-    def custom_schema(self) -> str:
-        return SQLITE_SCHEMA if self.kind == SQLITE else POSTGRESQL_SCHEMA
 
     def options(self) -> dict[str, str]:
         """Options of Spark's JDBC source common to every read of this database."""
@@ -73,8 +79,7 @@ class JdbcSource:
     @property
     def committed_table(self) -> str:
         """A ``dbtable`` subquery: the committed messages, in the columns ``extract`` reads."""
-        timestamps = _SQLITE_TIMESTAMPS if self.kind == SQLITE else _POSTGRESQL_TIMESTAMPS
-        return (f"(SELECT {_COLUMNS.format(timestamps=timestamps)} "
+        return (f"(SELECT {_COLUMNS.format(timestamps=self.timestamps)} "
                 "FROM committed_messages) committed")
 
 
@@ -96,28 +101,31 @@ def jdbc_source(settings: Settings) -> JdbcSource:
         raise IngestError(f"TXMSG_DATABASE_URL is not a database URL: {exc}",
                           EXIT_CANNOT_RUN) from exc
     display = url.render_as_string(hide_password=True)
-    backend = url.get_backend_name()
-    if backend == SQLITE:
+    try:
+        dialect = dialect_for_url(url)
+    except UnknownDatabase as exc:
+        raise IngestError(f"txmsg ingest reads PostgreSQL or SQLite, not {exc.backend!r} "
+                          f"({display})", EXIT_CANNOT_RUN) from exc
+    if dialect.in_process:  # SQLite: the driver reads the file
         if not url.database or url.database == ":memory:":
             raise IngestError("an in-memory SQLite database cannot be ingested: "
                               "set TXMSG_DATABASE_URL to a file", EXIT_CANNOT_RUN)
         path = Path(url.database).resolve()
         return JdbcSource(SQLITE, f"jdbc:sqlite:{path}", Path(settings.sqlite_jdbc_jar),
-                          display, sqlite_file=path, settings=settings)
-    if backend == POSTGRESQL:
-        props = {k: str(v) for k, v in url.query.items()}
-        props["connectTimeout"] = str(settings.db_connect_timeout_seconds)
-        props.setdefault("ApplicationName", "txmsg-ingest")
-        if url.username:
-            props["user"] = url.username
-        if url.password:
-            props["password"] = str(url.password)
-        return JdbcSource(POSTGRESQL,
-                          f"jdbc:postgresql://{_jdbc_hosts(url, props)}/{url.database or ''}",
-                          Path(settings.postgresql_jdbc_jar), display, properties=props,
-                          settings=settings)
-    raise IngestError(f"txmsg ingest reads PostgreSQL or SQLite, not {backend!r} "
-                      f"({display})", EXIT_CANNOT_RUN)
+                          display, sqlite_file=path, settings=settings,
+                          custom_schema=SQLITE_SCHEMA, timestamps=_SQLITE_TIMESTAMPS,
+                          timestamps_as_text=True)
+    props = {k: str(v) for k, v in url.query.items()}
+    props["connectTimeout"] = str(settings.db_connect_timeout_seconds)
+    props.setdefault("ApplicationName", "txmsg-ingest")
+    if url.username:
+        props["user"] = url.username
+    if url.password:
+        props["password"] = str(url.password)
+    return JdbcSource(POSTGRESQL,
+                      f"jdbc:postgresql://{_jdbc_hosts(url, props)}/{url.database or ''}",
+                      Path(settings.postgresql_jdbc_jar), display, properties=props,
+                      settings=settings)
 
 
 def _jdbc_hosts(url: URL, props: dict[str, str]) -> str:

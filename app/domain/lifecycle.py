@@ -329,7 +329,7 @@ class Lifecycle:
         self.callback_policy = CallbackPolicy.from_settings(settings)
         self.send_writer: GroupCommitWriter[SendCmd] = GroupCommitWriter(
             engine, apply_sends, max_batch=settings.batch_max_size, name="txmsg-send-writer",
-            one_statement=sends.sends_are_one_statement(engine.dialect.name),
+            one_statement=sends.sends_are_one_statement(engine),
             on_batch=metrics.BATCH_SIZE.labels("send").observe,
             on_depth=metrics.QUEUE_DEPTH.labels("send").set,
             timeout=settings.db_write_timeout_seconds)
@@ -391,7 +391,7 @@ class Lifecycle:
         if len(ids) < _BUILT_AHEAD:
             return cmd
         return replace(cmd, encoded=sends.encoded_messages(
-            self.engine.dialect.name, group, transaction_id, request.messages, ids),
+            self.engine, group, transaction_id, request.messages, ids),
             listed=listed(ids, request.messages))
 
     @staticmethod

@@ -38,6 +38,7 @@ from app.storage import retention as store
 from app.storage import subscriptions
 from app.storage import topics as topic_store
 from app.storage.db import commit_without_flush, write_transaction
+from app.storage.dialects import dialect_of
 from app.storage.schema import AnyRow
 
 log = logging.getLogger(__name__)
@@ -105,7 +106,7 @@ class Retention:
         its row count stays flat. Where autovacuum runs, the vacuuming is left to it (the
         job would only do its work twice)."""
         every = self.settings.retention_vacuum_rows
-        if not every or self.engine.dialect.name != "postgresql":
+        if not every or not dialect_of(self.engine).vacuums:
             return
         for kind, n in deleted.items():
             self._unvacuumed[store.TABLE_OF_KIND[kind]] += n
@@ -122,7 +123,9 @@ class Retention:
             log.info("retention: vacuumed %s", ", ".join(due))
 
     def _rest(self, stop: threading.Event, started: float) -> None:
-        if self.engine.dialect.name == "sqlite":
+        """Where writers take turns on the database, as long as the batch took: the
+        writers it kept waiting get their turn."""
+        if dialect_of(self.engine).one_writer:
             stop.wait(time.monotonic() - started)
 
     def expire_topic(self, topic: str, now: datetime) -> tuple[int, bool]:

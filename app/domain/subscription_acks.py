@@ -14,10 +14,10 @@ from app.domain import clock, leasing
 from app.domain.subscription_settings import describe, found, not_found
 from app.errors import DatabaseUnavailable, InvalidRequest
 from app.storage import subscription_acks as acks
-from app.storage import subscription_leases as leases
 from app.storage import subscriptions as store
 from app.storage import topics
 from app.storage.db import commit_without_flush, each_statement_alone, write_transaction
+from app.storage.dialects import dialect_of
 from app.storage.schema import AnyRow
 
 log = logging.getLogger(__name__)
@@ -32,16 +32,16 @@ def ack(engine: Engine, topic: str, name: str, offsets: Sequence[int]) -> int:
     transaction); how many were newly acknowledged.
 
     The ack locks only its offset rows (one statement, on PostgreSQL with the
-    subscription's lookup) and commits. The stored cursor moves at the next receive; on
-    SQLite, if the ack acknowledged the offset at the cursor, right after it too, unless
-    a receive holds the subscription row now. (On PostgreSQL receives move it in their
-    one statement, and a second statement here for one ack in a few cost more than the
-    lag it saves.)"""
+    subscription's lookup) and commits. The stored cursor moves at the next receive;
+    where acks move the cursor (``Dialect.acks_move_the_cursor``: SQLite), if the ack
+    acknowledged the offset at the cursor, right after it too, unless a receive holds the
+    subscription row now. (On PostgreSQL receives move it in their one statement, and a
+    second statement here for one ack in a few cost more than the lag it saves.)"""
     with each_statement_alone(engine) as conn:
         sub, n = acks.acknowledge_named(conn, topic, name, offsets)
     if sub is None:
         raise not_found(topic, name)
-    if n and sub.ack_cursor in offsets and not leases.one_statement_leases(engine):
+    if n and sub.ack_cursor in offsets and dialect_of(engine).acks_move_the_cursor:
         _advance_unless_busy(engine, sub.id)
     return n
 

@@ -23,7 +23,6 @@ from sqlalchemy import (
     BigInteger,
     Column,
     Connection,
-    Engine,
     LargeBinary,
     Result,
     String,
@@ -36,7 +35,6 @@ from sqlalchemy import (
     column,
     func,
     insert,
-    literal,
 )
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.compiler import compiles
@@ -44,6 +42,7 @@ from sqlalchemy.sql.functions import FunctionElement
 from sqlalchemy.sql.visitors import InternalTraversal
 from sqlalchemy.types import NullType
 
+from app.storage.dialects import dialect_of
 from app.storage.schema import AnySelect, half_message
 
 Key = tuple[str, str]  # (producer_group, transaction_id)
@@ -55,21 +54,14 @@ KEYS = func.unnest(bindparam("k_groups", type_=postgresql.ARRAY(String)),
 TXN_IDS = bindparam("txn_ids", type_=postgresql.ARRAY(BigInteger))
 
 
-def is_pg(conn: Connection | Engine) -> bool:
-    return conn.dialect.name == "postgresql"
-
-
 def dialect_insert(conn: Connection, table: Table) -> postgresql.Insert | sqlite.Insert:
     """An INSERT of the connection's dialect, one that takes ``ON CONFLICT`` clauses."""
-    return postgresql.insert(table) if is_pg(conn) else sqlite.insert(table)
+    return dialect_of(conn).insert(table)
 
 
 def among(conn: Connection, col: Any, ids: Sequence[int]) -> Any:
-    """``col IN ids``; on PostgreSQL ``col = ANY(:array)``: one parameter, so one statement
-    text whatever the number of ids (planned and prepared once, not rendered anew)."""
-    if is_pg(conn):
-        return col == any_(literal(list(ids), postgresql.ARRAY(BigInteger)))
-    return col.in_(ids)
+    """``col IN ids``; with arrays ``col = ANY(:array)`` (``Dialect.among``)."""
+    return dialect_of(conn).among(col, ids)
 
 
 def plain_rows(result: Result[Any]) -> list[Any]:
@@ -223,7 +215,7 @@ def insert_rows(conn: Connection, table: Table, rows: Sequence[Mapping[str, Any]
 def by_txn_ids(conn: Connection, stmt: AnySelect, ids: list[int]) -> Any:
     """Run ``stmt`` (selecting rows of half_message) for these transaction ids, in send order."""
     order = (half_message.c.txn_id, half_message.c.seq)
-    if is_pg(conn):
+    if dialect_of(conn).arrays:
         return conn.execute(_pg_by_txn_ids(stmt, order), {"txn_ids": ids})
     return conn.execute(stmt.where(half_message.c.txn_id.in_(ids)).order_by(*order))
 

@@ -15,6 +15,7 @@ from sqlalchemy.pool import ConnectionPoolEntry, NullPool, QueuePool
 
 from app.config import Settings
 from app.errors import DatabaseUnavailable
+from app.storage.dialects import dialect_for_url, dialect_of
 
 if TYPE_CHECKING:
     from alembic.config import Config
@@ -32,7 +33,8 @@ def make_engine(settings: Settings, *, pool: bool = True, domain_errors: bool = 
     PostgreSQL; raising the domain's errors (``raising_unavailable``) unless told not to
     (migrations, whose failures surface as the driver's)."""
     url = make_url(settings.database_url)
-    if url.get_backend_name() == "sqlite":
+    dialect = dialect_for_url(url)
+    if dialect.in_process:
         database = url.database
         if database and database != ":memory:" and not url.query.get("uri"):
             Path(database).parent.mkdir(parents=True, exist_ok=True)
@@ -45,8 +47,7 @@ def make_engine(settings: Settings, *, pool: bool = True, domain_errors: bool = 
         )
         _configure_sqlite(engine, settings)
         return raising_unavailable(engine) if domain_errors else engine
-    if url.get_backend_name() == "postgresql" and url.get_driver_name() in ("", "psycopg2"):
-        url = url.set(drivername="postgresql+psycopg")
+    url = dialect.with_driver(url)
     # plan_cache_mode: statements prepared by psycopg are planned for their parameters each
     # time. A generic plan, made once while a table was small, keeps its scan of the whole
     # table as the table grows (nothing replans it until an ANALYZE), and commit batches
@@ -167,7 +168,7 @@ def write_connection(engine: Engine) -> Connection:
     """A connection whose transactions are read-write; on SQLite each takes the write lock
     up front (BEGIN IMMEDIATE: no deadlock upgrading a read lock)."""
     conn = engine.connect()
-    if conn.dialect.name == "sqlite":
+    if dialect_of(conn).one_writer:
         conn = conn.execution_options(sqlite_begin="IMMEDIATE")
     return conn
 
@@ -184,7 +185,7 @@ def each_statement_alone(engine: Engine) -> Iterator[Connection]:
     """A connection on which each statement is a transaction of its own (PostgreSQL), for
     work whose statements need not be one transaction: no BEGIN nor COMMIT round trips.
     On SQLite, one write transaction (see ``write_transaction``)."""
-    if engine.dialect.name != "postgresql":
+    if not dialect_of(engine).statements_alone:
         with write_transaction(engine) as conn:
             yield conn
         return
@@ -197,14 +198,14 @@ def read_connection(engine: Engine) -> Connection:
     PostgreSQL each statement sees the latest commits and runs without BEGIN nor
     ROLLBACK (two round trips fewer per read); on SQLite, a plain connection."""
     conn = engine.connect()
-    if engine.dialect.name == "postgresql":
+    if dialect_of(engine).statements_alone:
         conn = conn.execution_options(isolation_level="AUTOCOMMIT")
     return conn
 
 
 def commit_with_flush(conn: Connection) -> None:
     """This transaction's commit waits for its flush (undoes ``commit_without_flush``)."""
-    if conn.dialect.name == "postgresql":
+    if dialect_of(conn).relaxed_commits:
         conn.exec_driver_sql("SET LOCAL synchronous_commit TO on")
 
 
@@ -213,7 +214,7 @@ def commit_without_flush(conn: Connection) -> None:
     ``synchronous_commit`` for this transaction only). Only for transactions whose loss in
     a crash is harmless: the database still applies them whole or not at all, in order,
     and the next transaction that does wait for its flush makes them durable too."""
-    if conn.dialect.name == "postgresql":
+    if dialect_of(conn).relaxed_commits:
         conn.exec_driver_sql("SET LOCAL synchronous_commit TO off")
 
 
@@ -243,7 +244,7 @@ def unavailable(exc: BaseException) -> DatabaseUnavailable | None:
 def refuses_writes(conn: Connection) -> bool:
     """Whether the database would refuse a write now (PostgreSQL: a standby, or read-only
     by default); one cheap query. SQLite cannot tell without writing: False."""
-    if conn.dialect.name != "postgresql":
+    if not dialect_of(conn).tells_read_only:
         return False
     return bool(conn.exec_driver_sql(
         "SELECT pg_is_in_recovery() OR current_setting('transaction_read_only')::bool"

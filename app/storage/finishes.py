@@ -33,10 +33,10 @@ from app.storage.bulk import (
     JsonRows,
     Key,
     insert_rows,
-    is_pg,
     key_params,
     plain_rows,
 )
+from app.storage.dialects import dialect_of
 from app.storage.schema import (
     AnyRow,
     AnySelect,
@@ -102,7 +102,7 @@ def lock_txns(conn: Connection, keys: Iterable[Key]
     keys = sorted(set(keys))
     if not keys:
         return {}, {}
-    if not is_pg(conn):
+    if not dialect_of(conn).one_statement_finishes:
         return _joined(conn.execute(_lock_txns_stmt(False).where(
             tuple_(txn.c.producer_group, txn.c.transaction_id).in_(keys))).all())
     if len(keys) == 1:
@@ -172,7 +172,7 @@ def record_finishes(conn: Connection, counts: Mapping[str, int],
     """
     if not state_rows:
         return {}
-    if is_pg(conn):
+    if dialect_of(conn).one_statement_finishes:
         reserved = conn.execute(_record_finishes_stmt(), {
             **_FINISH_RANGES.param({"topic": t, "n": n} for t, n in counts.items()),
             **_FINISH_LOG.param(log_rows), "l_committed_at": committed_at,

@@ -11,6 +11,7 @@ from sqlalchemy import Connection, String, any_, bindparam, delete, select, upda
 from sqlalchemy.dialects import postgresql
 
 from app.storage.bulk import dialect_insert
+from app.storage.dialects import dialect_of
 from app.storage.schema import AnyRow, producer_group, signing_secret
 
 # a registration with its signing secret (and until when the previous one still signs)
@@ -81,7 +82,7 @@ def registered(conn: Connection, names: Iterable[str]) -> set[str]:
     names = set(names)
     if not names:
         return set()
-    stmt = _REGISTERED_PG if conn.dialect.name == "postgresql" else _REGISTERED
+    stmt = _REGISTERED_PG if dialect_of(conn).arrays else _REGISTERED
     return set(conn.execute(stmt, {"names": sorted(names)}).scalars())
 
 

@@ -43,6 +43,7 @@ from sqlalchemy import Engine
 
 from app.config import Settings
 from app.storage.db import pg_connect_args
+from app.storage.dialects import dialect_of
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +70,7 @@ def libpq_conninfo(engine: Engine) -> str | None:
     None for any other database. Made from the dialect's own connection arguments, so a
     multi-host URL (``?host=h1:5432&host=h2:5432&target_session_attrs=read-write``) gives
     libpq every host and port, and this connection follows the primary as the engine's do."""
-    if engine.dialect.name != "postgresql":
+    if not dialect_of(engine).notifications:
         return None
     _, params = engine.dialect.create_connect_args(engine.url)
     params.pop("context", None)  # psycopg's adapters, not a libpq parameter

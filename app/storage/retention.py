@@ -35,7 +35,8 @@ from sqlalchemy import (
     update,
 )
 
-from app.storage.bulk import among, dialect_insert, is_pg
+from app.storage.bulk import among, dialect_insert
+from app.storage.dialects import dialect_of
 from app.storage.schema import (
     AnyRow,
     AnySelect,
@@ -244,7 +245,7 @@ def _referenced(conn: Connection, txn_ids: Sequence[int]) -> AnySelect:
     as a join, the planner may hash the whole committed log instead (it did on tables
     without statistics, 14 ms a batch)."""
     owners = among(conn, half_message.c.txn_id, txn_ids)
-    if not is_pg(conn):
+    if not dialect_of(conn).row_locks:
         return (select(half_message.c.txn_id)
                 .join_from(message_log, half_message,
                            half_message.c.id == message_log.c.half_message_id)

@@ -74,6 +74,7 @@ from sqlalchemy import (
 from sqlalchemy.engine import Dialect
 from sqlalchemy.types import TypeDecorator
 
+from app.storage.dialects import of_sqlalchemy
 from app.vocabulary import State
 
 NAME = String(127)
@@ -96,7 +97,7 @@ class UTCDateTime(TypeDecorator[datetime]):
         if value is None:
             return None
         value = value.astimezone(UTC)
-        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+        return value.replace(tzinfo=None) if of_sqlalchemy(dialect).naive_datetimes else value
 
     def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
         if value is None:

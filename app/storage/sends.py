@@ -15,10 +15,11 @@ from datetime import datetime
 from typing import Any, NamedTuple, Protocol
 
 import orjson
-from sqlalchemy import Connection, and_, exists, insert, select
+from sqlalchemy import Connection, Engine, and_, exists, insert, select
 from sqlalchemy.dialects import postgresql, sqlite
 
-from app.storage.bulk import Encoded, JsonRows, Key, insert_rows, is_pg
+from app.storage.bulk import Encoded, JsonRows, Key, insert_rows
+from app.storage.dialects import dialect_of
 from app.storage.groups import registered
 from app.storage.schema import AnySelect, half_message, producer_group, txn
 from app.vocabulary import State
@@ -63,9 +64,9 @@ class NewTransaction(NamedTuple):
     encoded: Encoded | None = None
 
 
-def sends_are_one_statement(dialect_name: str) -> bool:
+def sends_are_one_statement(engine: Engine) -> bool:
     """Whether ``store_sends`` writes with one statement (then atomic without BEGIN)."""
-    return dialect_name == "postgresql"
+    return dialect_of(engine).one_statement_sends
 
 
 def store_sends(conn: Connection, sends: Sequence[NewTransaction]) -> dict[Key, int]:
@@ -78,7 +79,7 @@ def store_sends(conn: Connection, sends: Sequence[NewTransaction]) -> dict[Key, 
     """
     if not sends:
         return {}
-    if is_pg(conn):
+    if dialect_of(conn).one_statement_sends:
         return _store_sends_pg(conn, sends)
 
     names = registered(conn, {s.group for s in sends})
@@ -97,13 +98,13 @@ def store_sends(conn: Connection, sends: Sequence[NewTransaction]) -> dict[Key, 
     return inserted
 
 
-def encoded_messages(dialect_name: str, group: str, transaction_id: str,
+def encoded_messages(engine: Engine, group: str, transaction_id: str,
                      messages: Sequence[OutgoingMessage], message_ids: Sequence[str]
                      ) -> Encoded | None:
     """A send's half_message rows as ``store_sends`` hands them to PostgreSQL (None on
     SQLite, which inserts rows), built ahead: while its request is handled, not in the
     writer that every send of a batch waits for. The batch's time is added there."""
-    if dialect_name != "postgresql":
+    if not dialect_of(engine).one_statement_sends:
         return None
     return _encode_messages(group, transaction_id, messages, message_ids)
 

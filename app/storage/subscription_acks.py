@@ -11,7 +11,8 @@ from typing import Any
 from sqlalchemy import BigInteger, Connection, and_, any_, bindparam, delete, func, select, update
 from sqlalchemy.dialects import postgresql
 
-from app.storage.bulk import among, is_pg
+from app.storage.bulk import among
+from app.storage.dialects import Dialect, dialect_of
 from app.storage.schema import AnyRow, subscription
 from app.storage.subscriptions import get, locking_offsets, so
 
@@ -39,7 +40,7 @@ def rows_at(conn: Connection, sub_id: int, offsets: Iterable[int]) -> list[AnyRo
     wanted = sorted(set(offsets))
     if not wanted:
         return []
-    return list(conn.execute(locking_offsets(conn, (
+    return list(conn.execute(locking_offsets(dialect_of(conn), (
         select(so).where(so.c.subscription_id == sub_id, so.c.held_by.is_(None),
                          _at_these(conn, wanted)).order_by(so.c.queue_offset)))))
 
@@ -63,14 +64,14 @@ def acknowledge(conn: Connection, sub_id: int, offsets: Iterable[int]) -> int:
     wanted = sorted(set(offsets))
     if not wanted:
         return 0
-    return int(conn.execute(_acknowledging(conn, sub_id, _at_these(conn, wanted))).rowcount)
+    return int(conn.execute(_acknowledging(dialect_of(conn), sub_id,
+                                           _at_these(conn, wanted))).rowcount)
 
 
-def _acknowledging(conn: Connection | None, sub_id: Any, at: Any) -> Any:
-    """The delete of the offset rows ``at`` (a condition); ``conn`` None: PostgreSQL's,
-    built once."""
+def _acknowledging(dialect: Dialect, sub_id: Any, at: Any) -> Any:
+    """The delete of the offset rows ``at`` (a condition)."""
     free = and_(so.c.subscription_id == sub_id, so.c.held_by.is_(None))
-    locked = locking_offsets(conn, select(so.c.queue_offset).where(free, at)
+    locked = locking_offsets(dialect, select(so.c.queue_offset).where(free, at)
                              .order_by(so.c.queue_offset))
     return delete(so).where(free, so.c.queue_offset.in_(locked))
 
@@ -81,17 +82,18 @@ def acknowledge_named(conn: Connection, topic: str, name: str, offsets: Iterable
     is none) and how many offsets were newly acknowledged. On PostgreSQL one statement
     (the lookup and the delete together)."""
     wanted = sorted(set(offsets))
-    if not is_pg(conn) or not wanted:
+    dialect = dialect_of(conn)
+    if not dialect.one_statement_acks or not wanted:
         sub = get(conn, topic, name)
         return sub, (acknowledge(conn, sub.id, wanted) if sub is not None else 0)
-    row = conn.execute(_acknowledge_named_stmt(), {
+    row = conn.execute(_acknowledge_named_stmt(dialect), {
         "a_topic": topic, "a_name": name, "a_first": wanted[0], "a_last": wanted[-1],
         "a_offsets": wanted}).first()
     return (None, 0) if row is None else (row, int(row.acked))
 
 
 @functools.cache
-def _acknowledge_named_stmt() -> Any:
+def _acknowledge_named_stmt(dialect: Dialect) -> Any:
     """Built once: an ack's statement built anew cost more of the service's CPU than its
     execution (about 0.3 ms, most of it SQLAlchemy's cache key of the new statement)."""
     named = and_(subscription.c.topic == bindparam("a_topic"),
@@ -99,6 +101,6 @@ def _acknowledge_named_stmt() -> Any:
     sub_id = select(subscription.c.id).where(named).scalar_subquery()
     at = _at(bindparam("a_first"), bindparam("a_last"), so.c.queue_offset == any_(
         bindparam("a_offsets", type_=postgresql.ARRAY(BigInteger))))
-    gone = _acknowledging(None, sub_id, at).returning(so.c.queue_offset).cte("gone")
+    gone = _acknowledging(dialect, sub_id, at).returning(so.c.queue_offset).cte("gone")
     return select(subscription, select(func.count()).select_from(gone)
                   .scalar_subquery().label("acked")).where(named)

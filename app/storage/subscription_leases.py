@@ -21,7 +21,8 @@ from sqlalchemy import (
     update,
 )
 
-from app.storage.bulk import insert_rows, is_pg, plain_rows
+from app.storage.bulk import insert_rows, plain_rows
+from app.storage.dialects import dialect_of
 from app.storage.log import body_size
 from app.storage.schema import (
     AnyRow,
@@ -50,7 +51,7 @@ def due(conn: Connection, sub_id: int, topic: str, now: datetime, limit: int, *,
         stmt = stmt.where(so.c.deliveries >= dead_from)
     if live_below is not None:
         stmt = stmt.where(so.c.deliveries < live_below)
-    return list(conn.execute(locking_offsets(conn, stmt)))
+    return list(conn.execute(locking_offsets(dialect_of(conn), stmt)))
 
 
 def scan(conn: Connection, topic: str, from_offset: int, end: int) -> list[AnyRow]:
@@ -92,7 +93,7 @@ def add_leased(conn: Connection, sub_id: int, offsets: Sequence[int], until: dat
     receive inserts them with the subscription row locked."""
     if not offsets:
         return
-    if is_pg(conn):
+    if dialect_of(conn).arrays:
         conn.execute(_LEASED_RANGE.bindparams(bindparam("until", type_=UTCDateTime()),
                                               bindparam("next", type_=UTCDateTime())),
                      {"sub": sub_id, "offsets": list(offsets), "until": until, "next": next_at,
@@ -180,7 +181,7 @@ ORDER BY p.queue_offset
 
 def one_statement_leases(engine: Engine) -> bool:
     """Whether ``first_deliveries`` serves this database (PostgreSQL)."""
-    return is_pg(engine)
+    return dialect_of(engine).one_statement_first_deliveries
 
 
 def first_deliveries(conn: Connection, topic: str, name: str, now: datetime,
@@ -267,7 +268,7 @@ def look(conn: Connection, sub_id: int, topic: str, now: datetime, cursor: int) 
     ``lowest_open``), whether an offset row is due. On PostgreSQL it
     also makes the transaction's commit not wait for its flush (a receive records
     leases); ``db.commit_with_flush`` undoes that."""
-    row = conn.execute(_LOOK_PG if is_pg(conn) else _LOOK,
+    row = conn.execute(_LOOK_PG if dialect_of(conn).relaxed_commits else _LOOK,
                        {"topic": topic, "sub": sub_id, "now": now, "cursor": cursor}).one()
     return Look(int(row[0]), None if row[1] is None else int(row[1]), bool(row[2]))
 

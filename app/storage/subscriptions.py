@@ -42,7 +42,8 @@ from sqlalchemy import (
     update,
 )
 
-from app.storage.bulk import dialect_insert, is_pg
+from app.storage.bulk import dialect_insert
+from app.storage.dialects import Dialect, dialect_of
 from app.storage.schema import (
     AnyRow,
     UTCDateTime,
@@ -56,16 +57,16 @@ from app.storage.schema import (
 so = subscription_offset
 
 
-def locking_offsets(conn: Connection | None, stmt: Select[Any]) -> Select[Any]:
-    """``stmt`` locking the offset rows it reads (PostgreSQL; SQLite's writers take turns).
-    ``conn`` None: for PostgreSQL, a statement built once."""
-    return stmt.with_for_update(of=so) if conn is None or is_pg(conn) else stmt
+def locking_offsets(dialect: Dialect, stmt: Select[Any]) -> Select[Any]:
+    """``stmt`` locking the offset rows it reads (where rows lock one by one; elsewhere
+    the writers take turns)."""
+    return dialect.lock_rows(stmt, of=so)
 
 
 def get(conn: Connection, topic: str, name: str, *, lock: bool = False) -> AnyRow | None:
     stmt = select(subscription).where(subscription.c.topic == topic, subscription.c.name == name)
-    if lock and is_pg(conn):
-        stmt = stmt.with_for_update()
+    if lock:
+        stmt = dialect_of(conn).lock_rows(stmt)
     return conn.execute(stmt).first()
 
 
@@ -176,8 +177,7 @@ def expire_below(conn: Connection, topic: str, end: int) -> list[tuple[str, int]
                    subscription.c.read_offset)
             .where(subscription.c.topic == topic, subscription.c.ack_cursor < end)
             .order_by(subscription.c.id))
-    if is_pg(conn):
-        stmt = stmt.with_for_update()
+    stmt = dialect_of(conn).lock_rows(stmt)
     moved = []
     for sub in conn.execute(stmt).all():
         read_open = conn.execute(select(func.count()).where(
@@ -199,7 +199,7 @@ def backlogs(conn: Connection) -> list[AnyRow]:
                                        so.c.queue_offset >= first)
             .correlate(subscription, topic_retention).scalar_subquery())
     nxt = func.coalesce(topic_offset.c.next_offset, 0)
-    greatest = func.greatest if is_pg(conn) else func.max
+    greatest = dialect_of(conn).greatest
     return list(conn.execute(
         select(subscription.c.topic, subscription.c.name,
                (nxt - greatest(subscription.c.read_offset, first) + rows).label("backlog"))
@@ -213,6 +213,4 @@ def lock_unless_busy(conn: Connection, sub_id: int) -> AnyRow | None:
     """The subscription row, locked; None when another transaction holds it (on
     PostgreSQL; SQLite's write transaction already excludes every other writer)."""
     stmt = select(subscription).where(subscription.c.id == sub_id)
-    if is_pg(conn):
-        stmt = stmt.with_for_update(skip_locked=True)
-    return conn.execute(stmt).first()
+    return conn.execute(dialect_of(conn).lock_rows_unless_busy(stmt)).first()

@@ -9,6 +9,7 @@ from datetime import datetime
 from sqlalchemy import Connection, and_, delete, select, update
 
 from app.storage.bulk import among, insert_rows
+from app.storage.dialects import dialect_of
 from app.storage.schema import AnyRow, subscription, txn_ack
 from app.storage.subscriptions import locking_offsets, so
 
@@ -17,7 +18,7 @@ def states_at(conn: Connection, sub_id: int, offsets: Sequence[int]) -> dict[int
     """The offset rows at these offsets, whatever their state, by offset: those no
     transaction holds locked (see ``rows_at``), then the others as they are."""
     at = and_(so.c.subscription_id == sub_id, among(conn, so.c.queue_offset, offsets))
-    free = {r.queue_offset: r for r in conn.execute(locking_offsets(conn, (
+    free = {r.queue_offset: r for r in conn.execute(locking_offsets(dialect_of(conn), (
         select(so).where(at, so.c.held_by.is_(None)).order_by(so.c.queue_offset))))}
     held = conn.execute(select(so).where(at, so.c.queue_offset.not_in(list(free))))
     return {**free, **{r.queue_offset: r for r in held}}

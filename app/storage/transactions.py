@@ -12,7 +12,8 @@ from typing import Any
 from sqlalchemy import and_, bindparam, func, select, text, tuple_, update
 from sqlalchemy.engine import Connection
 
-from app.storage.bulk import KEYS, Key, by_txn_ids, is_pg, key_params
+from app.storage.bulk import KEYS, Key, by_txn_ids, key_params
+from app.storage.dialects import dialect_of
 from app.storage.schema import (
     PREPARED_PREDICATE,
     AnyRow,
@@ -49,7 +50,7 @@ def find_txns(conn: Connection, keys: Iterable[Key]) -> dict[Key, AnyRow]:
     keys = sorted(set(keys))
     if not keys:
         return {}
-    if is_pg(conn):
+    if dialect_of(conn).arrays:
         rows = conn.execute(_FIND_TXNS_PG, key_params(keys))
     else:
         rows = conn.execute(select(*TXN_COLUMNS)
