@@ -40,7 +40,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from concurrent.futures import Executor, ThreadPoolExecutor
 from typing import Any, NamedTuple, cast
 
@@ -268,7 +268,7 @@ class _FlaskRoutes:
         self._views = {rule.endpoint: app.view_functions[rule.endpoint]
                        for rule in app.url_map.iter_rules()}
 
-    def match(self, scope: HTTPScope) -> tuple[Callable[..., Any] | None, str, dict[str, Any]]:
+    def match(self, scope: HTTPScope) -> tuple[Callable[..., Any] | None, str, Mapping[str, Any]]:
         """The view, rule and path parameters of the request's route; (None, UNMATCHED,
         {}) for none (Flask answers 404, 405 or a redirect)."""
         path, root = scope["path"], scope.get("root_path") or ""
