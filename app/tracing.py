@@ -6,7 +6,7 @@ nothing of OpenTelemetry is imported and the hot path pays one check, ``TRACER i
 at each hook (``app.domain.lifecycle``, ``app.api.subscriptions``, ``checker.service``).
 On, the OpenTelemetry SDK reads the other standard ``OTEL_*`` variables itself (headers,
 timeouts, ``OTEL_BSP_*`` for its BatchSpanProcessor, ``OTEL_SERVICE_NAME``, default
-``txmsg``), and ``shutdown`` flushes what is left.
+``txmsg``), and ``shutdown`` flushes what is left, within a bound.
 
 The spans follow OpenTelemetry's messaging semantic conventions (``messaging.system`` is
 ``txmsg``): send is a PRODUCER span, child of the request's ``traceparent``; commit,
@@ -17,8 +17,10 @@ to the contexts stored with the messages (``app.domain.trace_context``).
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
+import threading
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -30,6 +32,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 SYSTEM = "txmsg"
+# the longest a process's end waits for its last spans: on SIGTERM, `txmsg serve` ends
+# within 10 s, a web worker's export and then the check service's, whatever the endpoint does
+SHUTDOWN_SECONDS = 2.0
 TRACER: Tracer | None = None
 _PROVIDER: TracerProvider | None = None
 
@@ -57,9 +62,12 @@ def install(environ: Mapping[str, str] = os.environ) -> bool:
         return False
 
     attributes = {} if environ.get("OTEL_SERVICE_NAME") else {"service.name": "txmsg"}
-    provider = TracerProvider(resource=Resource.create(attributes))
+    # at exit, the bounded ``shutdown`` rather than the SDK's own (a WSGI worker has no
+    # lifespan to call it)
+    provider = TracerProvider(resource=Resource.create(attributes), shutdown_on_exit=False)
     provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
     use(provider)
+    atexit.register(shutdown)
     return True
 
 
@@ -70,12 +78,23 @@ def use(provider: TracerProvider) -> None:
     TRACER = provider.get_tracer("txmsg")
 
 
-def shutdown() -> None:
-    """Export the spans still buffered, then stop (at a process's end)."""
+def shutdown(timeout: float = SHUTDOWN_SECONDS) -> None:
+    """Export the spans still buffered for at most ``timeout`` seconds, then stop (at a
+    process's end). The SDK bounds neither: its BatchSpanProcessor waits up to 30 s for
+    its last batches, each of which waits the exporter's timeout (10 s) for an endpoint
+    that does not answer. Past ``timeout`` what is left is dropped: the export goes on
+    in a daemon thread, which the process's exit ends."""
     global TRACER, _PROVIDER
     provider, TRACER, _PROVIDER = _PROVIDER, None, None
-    if provider is not None:
-        provider.shutdown()
+    if provider is None:
+        return
+    stopping = threading.Thread(target=provider.shutdown, name="txmsg-tracing-shutdown",
+                                daemon=True)
+    stopping.start()
+    stopping.join(timeout)
+    if stopping.is_alive():
+        log.warning("the OTLP endpoint took no spans within %g s: the last ones are dropped",
+                    timeout)
 
 
 def _context(traceparent: str | None, tracestate: str | None = None) -> Any:

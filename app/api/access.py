@@ -8,9 +8,10 @@ Open routes need nothing; token-only routes take any valid token and narrow what
 answer by its scopes (the handler's ``call.principal``). While access control is off (no
 ``TXMSG_ADMIN_TOKEN``) every route is open. A Flask view that declares nothing (the
 dashboard's ``@public`` pages aside) is admin only, so a forgotten declaration fails
-closed. The ASGI front checks each request with ``authorize`` before its handler runs;
-Flask checks its views before they run (``install``). The OpenAPI document lists each
-route's declaration.
+closed. A scope depends on the request's path only: the ASGI front checks each request
+with ``authorize`` before it reads the request's body (a token may not make the process
+hold a body it may not send); Flask checks its views before they run (``install``). The
+OpenAPI document lists each route's declaration.
 """
 
 from __future__ import annotations

@@ -2,13 +2,14 @@
 
 Each request is matched once, by a router compiled from ``app.api.routes.ROUTES`` at
 start-up (``app.api.router``); its route says the rest. With access control on, a route
-that is not open authenticates the request's bearer token before anything of its body
-is read (401 without one: no client without a token can make this process hold a body).
-The body is then read here, on the event loop, before a thread is taken: whole within
-``request_body_timeout_seconds`` (else 408) and at most its route's limit
+that is not open authenticates the request's bearer token and checks its scope, which
+depends on the path only, before anything of its body is read (401 without a valid
+token, 403 without the scope: no client can make this process hold a body it may not
+send). The body is then read here, on the event loop, before a thread is taken: whole
+within ``request_body_timeout_seconds`` (else 408) and at most its route's limit
 (``app.api.bodies``), chunked or not (else 413; a declared Content-Length over it is
-refused before anything is read); 400 for one cut short. Then the token's scope is
-checked (403), and the route's handler runs on a ``Call`` (``app.api.call``):
+refused before anything is read); 400 for one cut short. Then the route's handler runs
+on a ``Call`` (``app.api.call``):
 
 - the writer-backed ones (send, commit, rollback) and a long-polling receive are
   coroutines on the event loop. A producer's send + commit pair is two requests, each of
@@ -25,8 +26,9 @@ once (``app.api.telemetry``, the route's pattern as its label). What matches no 
 (404, 405 and redirects, as Flask answers them), the dashboard (``/ui/``), a root path,
 a non-ASCII path, and everything with ``TXMSG_WEB_HOT_ROUTES=false`` goes to the Flask
 app, whose URL map is derived from the same table (``app.api.flask_routes``), behind
-a2wsgi's WSGI-to-ASGI bridge; a request to a Flask route is authenticated here before its
-body is read all the same, and one no rule matches is handed over unread. The tests
+a2wsgi's WSGI-to-ASGI bridge; a request to a Flask route is authenticated and its scope
+checked here before its body is read all the same, and one no rule matches is handed over
+unread. The tests
 compare both ways answer for answer.
 
 Request targets and heads over this front's limits, which are below the server's, are
@@ -38,7 +40,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from concurrent.futures import Executor, ThreadPoolExecutor
 from typing import Any, NamedTuple, cast
 
@@ -133,7 +135,7 @@ class Api:
 
     async def _serve(self, route: Route, params: dict[str, str], scope: HTTPScope,
                      receive: Receive, send: Send, head: _Head) -> None:
-        """Authenticate, read the body, authorize, run the handler, answer."""
+        """Authenticate and authorize, read the body, run the handler, answer."""
         headers: Headers = ()
         media_type = _JSON
         unread = True  # the request's body, while an answer could leave it unread
@@ -141,11 +143,10 @@ class Api:
             principal = UNRESTRICTED
             if self._guard.enabled and not route.access.open:
                 principal = await self._authenticate(scope)
+                authorize(route.access, principal, params)
             raw = await self._read_body(receive, head, body_limit(route, self._config["MAX_CONTENT_LENGTH"]),
                                         scope["http_version"])
             unread = False
-            if self._guard.enabled:
-                authorize(route.access, principal, params)
             call = Call(params, raw, principal, self._state, scope["headers"],
                         scope["query_string"], self._offload, self.waits.wait)
             if route.on_loop:
@@ -181,14 +182,15 @@ class Api:
     async def _to_flask(self, scope: HTTPScope, receive: Receive, send: Send,
                         head: _Head) -> None:
         """Flask's answer; a request to a Flask route that is not open is authenticated
-        first, and its body read within its route's limit; one no rule matches is handed
-        over unread (Flask answers 404, 405 or a redirect)."""
-        view, rule = self._flask_routes.match(scope)
+        and authorized first, and its body read within its route's limit; one no rule
+        matches is handed over unread (Flask answers 404, 405 or a redirect)."""
+        view, rule, params = self._flask_routes.match(scope)
         raw = b""
         if view is not None:
             try:
-                if self._guard.enabled and not route_access(view).open:
-                    await self._authenticate(scope)
+                access = route_access(view)
+                if self._guard.enabled and not access.open:
+                    authorize(access, await self._authenticate(scope), params)
                 raw = await self._read_body(receive, head, body_limit(view, self._config["MAX_CONTENT_LENGTH"]),
                                             scope["http_version"])
             except (ApiError, HTTPException) as exc:
@@ -223,8 +225,7 @@ class Api:
 
     async def _authenticate(self, scope: HTTPScope) -> Principal:
         """Who the request's bearer token is (else 401); the database is read (off the
-        event loop) only for a token not verified in the last few seconds. What it may do
-        is checked once its body is read (``authorize``)."""
+        event loop) only for a token not verified in the last few seconds."""
         token = bearer_token(_header(scope["headers"], b"authorization"))
         principal: Principal | None = self._guard.cached(token) if token is not None else None
         if principal is None and token is not None:
@@ -267,17 +268,17 @@ class _FlaskRoutes:
         self._views = {rule.endpoint: app.view_functions[rule.endpoint]
                        for rule in app.url_map.iter_rules()}
 
-    def match(self, scope: HTTPScope) -> tuple[Callable[..., Any] | None, str]:
-        """The view and rule of the request's route; (None, UNMATCHED) for none (Flask
-        answers 404, 405 or a redirect)."""
+    def match(self, scope: HTTPScope) -> tuple[Callable[..., Any] | None, str, Mapping[str, Any]]:
+        """The view, rule and path parameters of the request's route; (None, UNMATCHED,
+        {}) for none (Flask answers 404, 405 or a redirect)."""
         path, root = scope["path"], scope.get("root_path") or ""
         if root and path.startswith(root):  # as a2wsgi makes PATH_INFO
             path = path[len(root):]
         try:
-            rule, _ = self._adapter.match(path or "/", scope["method"], return_rule=True)
+            rule, params = self._adapter.match(path or "/", scope["method"], return_rule=True)
         except HTTPException:  # NotFound, MethodNotAllowed, RequestRedirect
-            return None, telemetry.UNMATCHED
-        return self._views[rule.endpoint], rule.rule
+            return None, telemetry.UNMATCHED, {}
+        return self._views[rule.endpoint], rule.rule, params
 
 
 async def _answer(send: Send, scope: HTTPScope, status: int, data: bytes,

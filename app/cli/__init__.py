@@ -14,6 +14,7 @@ import shutil
 import socket
 import sys
 import tempfile
+from typing import TYPE_CHECKING
 
 import click
 
@@ -22,6 +23,9 @@ from app.cli import tokens as tokens_cli
 from app.cli import topics as topics_cli
 from app.cli import transactions as transactions_cli
 from app.cli.common import load_settings as _settings
+
+if TYPE_CHECKING:
+    from app.config import Settings
 
 log = logging.getLogger("txmsg")
 
@@ -72,7 +76,7 @@ def serve(host: str, port: int, no_checker: bool, no_migrate: bool, workers: int
 
     multiprocessing.set_start_method("spawn", force=True)
     from granian import Granian
-    from granian.constants import Interfaces
+    from granian.constants import HTTPModes, Interfaces
     from granian.http import HTTP1Settings
 
     from app import logs, tracing
@@ -97,10 +101,14 @@ def serve(host: str, port: int, no_checker: bool, no_migrate: bool, workers: int
             address=host, port=port, interface=Interfaces.ASGI if asgi else Interfaces.WSGI,
             workers=workers or settings.web_workers,
             blocking_threads=None if asgi else settings.web_threads,
-            backlog=2048, log_access=False,
+            # HTTP/1 alone: with HTTP/2 too, hyper-util reads the first bytes to tell
+            # them apart with no timer, and a connection that sends none stays open
+            # (hyperium/hyper#3756); HTTP/1's header_read_timeout starts at the accept
+            http=HTTPModes.http1, backlog=_BACKLOG, log_access=False,
+            backpressure=_connections_per_worker(settings, workers or settings.web_workers),
             # the workers log as this process does (format, level, redaction)
             log_dictconfig=logs.dict_config(settings, logging.getLogger().level),
-            # closes connections idle (or slow to send a request head) for this long
+            # closes connections idle (or slow to send a request head, or silent) for this long
             http1_settings=HTTP1Settings(
                 header_read_timeout=round(settings.http_header_timeout_seconds * 1000)),
             # on SIGTERM a worker stops accepting and finishes the requests it holds;
@@ -112,6 +120,37 @@ def serve(host: str, port: int, no_checker: bool, no_migrate: bool, workers: int
             service.shutdown()
             tracing.shutdown()
         shutil.rmtree(metrics_dir, ignore_errors=True)
+
+
+_BACKLOG = 2048
+# a web worker's own descriptors besides its connections: its modules' files, logs,
+# SQLite's files, pipes (about 32 at start), with room to spare
+_WORKER_DESCRIPTORS = 64
+
+
+def _connections_per_worker(settings: Settings, workers: int) -> int:
+    """The connections a web worker holds at most (Granian's ``backpressure``): its share
+    of the backlog, and fewer when the file-descriptor limit would not leave it room for
+    its own descriptors and its database connections. A connection
+    past it waits in the kernel's backlog until one closes (idle or silent ones within
+    the header timeout), where it costs the worker nothing: at its limit a worker could
+    open no database connection, and Granian retried its accept every 0.5 s, logging
+    "Too many open files". The soft limit is raised to the hard one first (the workers
+    inherit it)."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and soft < hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (ValueError, OSError):  # a hard limit over the kernel's nr_open
+            pass
+    own = _WORKER_DESCRIPTORS + settings.db_pool_size + settings.db_max_overflow
+    share = _BACKLOG // workers
+    if soft == resource.RLIM_INFINITY:
+        return share
+    return max(1, min(share, soft - own))
 
 
 def _migrate_once_reachable(settings) -> None:  # type: ignore[no-untyped-def]

@@ -7,7 +7,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -62,12 +62,13 @@ def run_txmsg(args: list[str], env: dict[str, str], cwd: Path,
 
 
 def start_serve(env: dict[str, str], cwd: Path, *extra: str, port: int | None = None,
-                timeout: float = 60) -> Served:
+                timeout: float = 60, launcher: Sequence[str] = ()) -> Served:
     """Start ``txmsg serve`` (on ``port``, else a free one) and wait until it is ready;
-    a restart on the same port appends to the same log."""
+    a restart on the same port appends to the same log. ``launcher`` is a command that
+    execs serve (``prlimit --nofile=N:N``, say)."""
     port = port or free_port()
     log = cwd / f"serve-{port}.log"
-    proc = subprocess.Popen([TXMSG, "serve", "--port", str(port), *extra],
+    proc = subprocess.Popen([*launcher, TXMSG, "serve", "--port", str(port), *extra],
                             env=clean_env(env), cwd=cwd, start_new_session=True,
                             stdout=log.open("a"), stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"

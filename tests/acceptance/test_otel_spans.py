@@ -5,6 +5,8 @@ commit, receive, ack and a check, each with its parent and links."""
 from __future__ import annotations
 
 import gzip
+import signal
+import socket
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -199,3 +201,42 @@ def test_otel_sdk_disabled_exports_nothing(serve_factory: Any, receiver: Receive
     assert s.post(f"{api}/order-1/commit").status_code == 200
     served.stop()  # a server exporting would have flushed its spans as it stopped
     assert receiver.spans == []
+
+
+@pytest.fixture
+def black_hole() -> Iterator[str]:
+    """An OTLP endpoint that takes connections (the kernel does) and never answers."""
+    with socket.socket() as hole:
+        hole.bind(("127.0.0.1", 0))
+        hole.listen(64)
+        yield f"http://127.0.0.1:{hole.getsockname()[1]}"
+
+
+def test_sigterm_ends_serve_within_10_s_when_the_otlp_endpoint_does_not_answer(
+        serve_factory: Any, black_hole: str) -> None:
+    """Spans left in a web worker (sends, commits) and in the check service (a check):
+    SIGTERM ends serve within the contract's 10 s though the endpoint never answers (the
+    exporter waits 10 s for each batch), its last spans dropped."""
+    callback = CallbackServer(answer("COMMIT"))
+    try:
+        served = serve_factory({"OTEL_EXPORTER_OTLP_ENDPOINT": black_hole,
+                                "OTEL_BSP_SCHEDULE_DELAY": "600000",  # all left to the end
+                                "TXMSG_TRANSACTION_TIMEOUT_SECONDS": "0",
+                                "TXMSG_CHECKER_POLL_SECONDS": "0.1"})
+        s = requests.Session()
+        api = f"{served.url}/v1/producer-groups/shop/transactions"
+        assert s.put(f"{served.url}/v1/producer-groups/shop",
+                     json={"check_urls": [callback.url]}).status_code == 200
+        for i in range(5):
+            assert s.post(api, json={"transaction_id": f"o-{i}", "topic": "orders", "body": "x",
+                                     "check_immunity_seconds": 3600}).status_code == 201
+            assert s.post(f"{api}/o-{i}/commit").status_code == 200
+        assert s.post(api, json={"transaction_id": "checked", "topic": "orders", "body": "y"}
+                      ).status_code == 201
+        wait_until(lambda: s.get(f"{api}/checked").json()["state"] == "COMMITTED",
+                   what="the check's commit")
+        served.proc.send_signal(signal.SIGTERM)
+        assert served.proc.wait(timeout=10) == 0
+        assert "the last ones are dropped" in served.log.read_text()
+    finally:
+        callback.close()

@@ -143,3 +143,24 @@ def test_served_a_request_without_a_token_is_refused_before_its_body(serve_facto
     sent = s.post(f"{served.url}/v1/producer-groups/shop/transactions",
                   json={"topic": "orders", "body": "x" * (3 * 1024 * 1024)})
     assert sent.status_code == 201, sent.text
+
+
+@pytest.mark.parametrize("hot_routes", ["true", "false"], ids=["asgi-front", "through-flask"])
+def test_served_a_token_without_the_scope_is_refused_before_its_body(
+        serve_factory, hot_routes: str) -> None:  # type: ignore[no-untyped-def]
+    """A valid token without the route's scope (which depends on the path only) starting
+    a send of 64 MiB, chunked, or a registration declared 1 MiB: 403 after the first 64
+    KiB, where reading the body would have waited for the rest; on the ASGI front's own
+    routes and on those it hands to Flask."""
+    served = serve_factory({"TXMSG_ADMIN_TOKEN": ADMIN_TOKEN, "TXMSG_WEB_HOT_ROUTES": hot_routes},
+                           "--no-checker")
+    r = requests.post(f"{served.url}/v1/tokens", json={"name": "c", "scopes": ["consume:orders"]},
+                      headers=AS_ADMIN, timeout=30)
+    auth = f"Authorization: Bearer {r.json()['token']}\r\n"
+    send = "POST /v1/producer-groups/shop/transactions HTTP/1.1\r\nHost: x\r\n"
+    status, body = _raw(served.port, f"{send}{auth}Transfer-Encoding: chunked\r\n",
+                        b"10000\r\n" + b'{"topic": "orders", "body": "' + b"x" * 65507)
+    assert status == 403 and b'"produce:shop"' in body, body
+    status, body = _raw(served.port, "PUT /v1/producer-groups/shop HTTP/1.1\r\nHost: x\r\n"
+                        f"{auth}Content-Length: 1048576\r\n", b" " * 65536)
+    assert status == 403 and b'"produce:shop"' in body, body
