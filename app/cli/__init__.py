@@ -17,6 +17,7 @@ import tempfile
 
 import click
 
+from app.cli import dead_letters as dead_letters_cli
 from app.cli import subscriptions as subscriptions_cli
 from app.cli import tokens as tokens_cli
 from app.cli import topics as topics_cli
@@ -206,7 +207,7 @@ def ingest(output: str, topics: str | None) -> None:
 # The admin commands, on the database through the domain functions the API uses: one
 # module per group under app/cli/ (with app.cli.common), each exporting its click ``group``.
 ADMIN_GROUPS = (tokens_cli.group, transactions_cli.group, topics_cli.group,
-                subscriptions_cli.group)
+                subscriptions_cli.group, dead_letters_cli.group)
 for _group in ADMIN_GROUPS:
     main.add_command(_group)
 
