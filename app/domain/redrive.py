@@ -30,15 +30,15 @@ import orjson
 from sqlalchemy import Engine
 from sqlalchemy import exc as sa_exc
 
+from app.domain import groups
 from app.domain.clock import utcnow
 from app.domain.lifecycle import Lifecycle
-from app.domain import groups
 from app.domain.messages import MessageIn, ProducerGroupIn, TransactionIn
 from app.domain.names import check_readable_topic, is_reserved_topic
-from app.domain.states import Op
 from app.errors import Conflict, InvalidRequest, NotFound
 from app.storage import redrives as store
 from app.storage.db import write_transaction
+from app.vocabulary import Op
 
 log = logging.getLogger(__name__)
 

@@ -43,11 +43,11 @@ def grant_to(conn: Connection, role: str) -> list[str]:
                                   "c": column.name}).scalar()
             if found:
                 sequences.append(found)
+    rows = ", ".join(quote(t) for t in tables)
+    read_only = ", ".join(quote(v) for v in (*VIEWS, VERSION_TABLE))
     statements = [f"GRANT USAGE ON SCHEMA {quote(schema)} TO {who}",
-                  f"GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE "
-                  f"{', '.join(quote(t) for t in tables)} TO {who}",
-                  f"GRANT SELECT ON TABLE "
-                  f"{', '.join(quote(v) for v in (*VIEWS, VERSION_TABLE))} TO {who}"]
+                  f"GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE {rows} TO {who}",
+                  f"GRANT SELECT ON TABLE {read_only} TO {who}"]
     if sequences:  # already quoted by pg_get_serial_sequence
         statements.append(f"GRANT USAGE, SELECT ON SEQUENCE {', '.join(sequences)} TO {who}")
     for statement in statements:
