@@ -29,6 +29,14 @@ class Settings(BaseSettings):
     # a hot standby (PostgreSQL) for offset reads, message lookups, the dashboard's read
     # pages and `txmsg ingest`; it may lag the primary, never shows a gap. Unset: the primary
     read_database_url: str | None = None
+    # "transaction": database_url goes through a transaction pooler (PgBouncer's
+    # pool_mode=transaction), so no startup options, no server-side prepared statements
+    # and no session state: the session settings go with each transaction (SET LOCAL)
+    database_pooling: Literal["session", "transaction"] = "session"
+    # direct to PostgreSQL (not through the pooler), for what needs a session of its own:
+    # LISTEN/NOTIFY wake-ups and migrations. Unset behind a transaction pooler: receives
+    # waiting in one process learn of other processes' commits by polling
+    session_database_url: str | None = None
     transaction_timeout_seconds: float = Field(6, ge=0)
     check_interval_seconds: float = Field(30, ge=0)
     check_max_times: int = Field(15, ge=1)

@@ -6,7 +6,7 @@ from alembic import context
 from sqlalchemy import Connection, text
 
 from app.config import Settings
-from app.storage.db import make_engine
+from app.storage.db import make_engine, transaction_pooled
 from app.storage.schema import metadata
 
 MIGRATION_LOCK_ID = 0x7478_6D73  # "txms": serialises concurrent `txmsg migrate` runs
@@ -19,8 +19,10 @@ def run_migrations_online() -> None:
         _run(connection)
         return
     url = config.attributes.get("database_url") or Settings().database_url
+    pooling = config.attributes.get("database_pooling", "session")
     # the driver's own errors: a failing revision surfaces as itself
-    engine = make_engine(Settings(database_url=url), pool=False, domain_errors=False)
+    engine = make_engine(Settings(database_url=url, database_pooling=pooling), pool=False,
+                         domain_errors=False)
     try:
         with engine.connect() as conn:
             _run(conn)
@@ -29,6 +31,9 @@ def run_migrations_online() -> None:
 
 
 def _run(connection: Connection) -> None:
+    if transaction_pooled(connection):
+        _run_in_one_transaction(connection)
+        return
     postgres = connection.dialect.name == "postgresql"
     if postgres:
         # a second migrator waits for the first on the advisory lock, at most lock_timeout
@@ -53,6 +58,24 @@ def _run(connection: Connection) -> None:
                 connection.rollback()
             connection.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": MIGRATION_LOCK_ID})
             connection.commit()
+
+
+def _run_in_one_transaction(connection: Connection) -> None:
+    """Through a transaction pooler, where a session's lock or settings would stay on a
+    server connection the pooler hands to others: every revision in one transaction,
+    which holds the lock and the timeouts for itself only."""
+    connection.execute(text("SET LOCAL lock_timeout = '10s'"))
+    connection.execute(text("SET LOCAL statement_timeout = '120s'"))
+    connection.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": MIGRATION_LOCK_ID})
+    context.configure(
+        connection=connection,
+        target_metadata=metadata,
+        transaction_per_migration=False,
+        compare_type=True,
+        compare_server_default=True,
+    )
+    context.run_migrations()
+    connection.commit()
 
 
 if context.is_offline_mode():

@@ -57,6 +57,23 @@ if [ ${#ha_need[@]} -gt 0 ]; then
   done
 fi
 
+# the PgBouncer tests (tests/acceptance/test_pgbouncer.py) start a private pgbouncer in
+# transaction pooling mode; the system service the package enables is not wanted
+if ! command -v pgbouncer >/dev/null 2>&1 && [ ! -x /usr/sbin/pgbouncer ]; then
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  echo "installing from Debian: pgbouncer"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends \
+    pgbouncer >/dev/null
+  if command -v systemctl >/dev/null 2>&1; then
+    $sudo systemctl disable --now pgbouncer >/dev/null 2>&1 || true
+  fi
+  if command -v service >/dev/null 2>&1; then
+    $sudo service pgbouncer stop >/dev/null 2>&1 || true
+  fi
+fi
+
 if [ "${TXMSG_SKIP_POSTGRES:-}" != "1" ] && command -v pg_isready >/dev/null 2>&1; then
   if ! pg_isready -q -h 127.0.0.1 -p 5432; then
     if command -v pg_ctlcluster >/dev/null 2>&1 && [ -d /etc/postgresql ]; then

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from app.cli import dead_letters as dead_letters_cli
 from app.cli import subscriptions as subscriptions_cli
 from app.cli import tokens as tokens_cli
 from app.cli import topics as topics_cli
@@ -44,13 +45,44 @@ def main(log_level: str | None) -> None:
 
 
 @main.command()
-def migrate() -> None:
+@click.option("--grant-to", "grant_to", metavar="ROLE", default=None,
+              help="PostgreSQL: grant ROLE what serve, checker and ingest need (rows of "
+                   "txmsg's tables and views, its sequences), nothing that creates, alters "
+                   "or drops.")
+def migrate(grant_to: str | None) -> None:
     """Bring the database schema to head (safe to repeat)."""
     from app.storage.db import upgrade_to_head
 
     settings = _settings()
+    if grant_to is not None and settings.is_sqlite:
+        click.echo("txmsg migrate: --grant-to needs PostgreSQL (SQLite has no roles: "
+                   "its file's permissions are its access control); nothing done", err=True)
+        sys.exit(2)
     upgrade_to_head(settings)
     click.echo(f"schema at head on {_redacted(settings.database_url)}")
+    if grant_to is not None:
+        _grant(settings, grant_to)
+
+
+def _grant(settings, role: str) -> None:  # type: ignore[no-untyped-def]
+    """Grant ``role`` the service's privileges, one transaction; logged."""
+    from app.cli.common import or_exit
+    from app.storage import grants
+    from app.storage.db import make_engine, write_transaction
+
+    url = settings.session_database_url if settings.database_pooling == "transaction" \
+        and settings.session_database_url else settings.database_url
+    engine = make_engine(settings.model_copy(update={"database_url": url}), pool=False)
+    try:
+        def grant() -> list[str]:
+            with write_transaction(engine) as conn:
+                return grants.grant_to(conn, role)
+
+        or_exit(grant)
+    finally:
+        engine.dispose()
+    log.info("txmsg migrate: granted %s the service's privileges", role)
+    click.echo(f"granted {role} what serve, checker and ingest need")
 
 
 @main.command()
@@ -214,7 +246,7 @@ def ingest(output: str, topics: str | None) -> None:
 # The admin commands, on the database through the domain functions the API uses: one
 # module per group under app/cli/ (with app.cli.common), each exporting its click ``group``.
 ADMIN_GROUPS = (tokens_cli.group, transactions_cli.group, topics_cli.group,
-                subscriptions_cli.group)
+                subscriptions_cli.group, dead_letters_cli.group)
 for _group in ADMIN_GROUPS:
     main.add_command(_group)
 

@@ -26,6 +26,8 @@ _KEEPALIVES_INTERVAL_SECONDS = 2
 _KEEPALIVES_COUNT = 3
 # SQLSTATE 25006: a write on a read-only server (a standby) or in a read-only transaction
 _READ_ONLY_SQLSTATE = "25006"
+# the execution option that marks an engine whose URL goes through a transaction pooler
+POOLING_OPTION = "txmsg_pooling"
 
 
 def make_engine(settings: Settings, *, pool: bool = True, domain_errors: bool = True) -> Engine:
@@ -55,6 +57,13 @@ def make_engine(settings: Settings, *, pool: bool = True, domain_errors: bool = 
     options = (f"-c statement_timeout={settings.db_statement_timeout_ms}"
                " -c plan_cache_mode=force_custom_plan")
     kwargs: dict[str, Any] = {}
+    pooled = settings.database_pooling == "transaction"
+    connect_args = pg_connect_args(settings, "" if pooled else options)
+    if pooled:
+        # PgBouncer refuses startup options, and a statement prepared on one server
+        # connection is unknown on the next: psycopg prepares nothing
+        connect_args["prepare_threshold"] = None
+        kwargs["execution_options"] = {POOLING_OPTION: "transaction"}
     if pool:
         kwargs.update(
             pool_size=settings.db_pool_size,
@@ -66,8 +75,10 @@ def make_engine(settings: Settings, *, pool: bool = True, domain_errors: bool = 
         )
     else:
         kwargs["poolclass"] = NullPool
-    engine = create_engine(url, connect_args=pg_connect_args(settings, options), **kwargs)
+    engine = create_engine(url, connect_args=connect_args, **kwargs)
     event.listen(engine, "handle_error", _failed_ping_is_a_disconnect)
+    if pooled:
+        _settings_with_each_transaction(engine, settings)
     return raising_unavailable(engine) if domain_errors else engine
 
 
@@ -94,15 +105,36 @@ def pg_connect_args(settings: Settings, options: str) -> dict[str, object]:
     """libpq parameters that bound every wait on the network: the connection attempt, data
     the server does not acknowledge (tcp_user_timeout) and an answer that never comes on a
     silent connection (keepalives: a partition is noticed, not waited out)."""
-    return {
+    args: dict[str, object] = {
         "connect_timeout": settings.db_connect_timeout_seconds,
-        "options": options,
         "keepalives": 1,
         "keepalives_idle": settings.db_keepalives_idle_seconds,
         "keepalives_interval": _KEEPALIVES_INTERVAL_SECONDS,
         "keepalives_count": _KEEPALIVES_COUNT,
         "tcp_user_timeout": settings.db_tcp_user_timeout_ms,
     }
+    if options:
+        args["options"] = options
+    return args
+
+
+def transaction_pooled(engine: Engine | Connection) -> bool:
+    """Whether this engine's connections go through a transaction pooler
+    (``TXMSG_DATABASE_POOLING=transaction``): each transaction may run on another server
+    session, so nothing may rely on a session's state, nor on a statement outside a
+    transaction having the settings."""
+    return engine.get_execution_options().get(POOLING_OPTION) == "transaction"
+
+
+def _settings_with_each_transaction(engine: Engine, settings: Settings) -> None:
+    """Behind a transaction pooler, what the startup options set for a session is set for
+    each transaction instead (its first statement; gone at its end, as the pooler wants)."""
+    statement = f"SET LOCAL statement_timeout = {int(settings.db_statement_timeout_ms)}"
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        if conn.get_execution_options().get("isolation_level") != "AUTOCOMMIT":
+            conn.exec_driver_sql(statement)
 
 
 def raising_unavailable(engine: Engine) -> Engine:
@@ -184,8 +216,9 @@ def write_transaction(engine: Engine) -> Iterator[Connection]:
 def each_statement_alone(engine: Engine) -> Iterator[Connection]:
     """A connection on which each statement is a transaction of its own (PostgreSQL), for
     work whose statements need not be one transaction: no BEGIN nor COMMIT round trips.
-    On SQLite, one write transaction (see ``write_transaction``)."""
-    if not dialect_of(engine).statements_alone:
+    On SQLite, and behind a transaction pooler, one write transaction (see
+    ``write_transaction``)."""
+    if not dialect_of(engine).statements_alone or transaction_pooled(engine):
         with write_transaction(engine) as conn:
             yield conn
         return
@@ -196,9 +229,10 @@ def each_statement_alone(engine: Engine) -> Iterator[Connection]:
 def read_connection(engine: Engine) -> Connection:
     """A connection for reads that need no snapshot across their statements: on
     PostgreSQL each statement sees the latest commits and runs without BEGIN nor
-    ROLLBACK (two round trips fewer per read); on SQLite, a plain connection."""
+    ROLLBACK (two round trips fewer per read); on SQLite, and behind a transaction pooler
+    (where a statement gets its settings from its transaction), a plain connection."""
     conn = engine.connect()
-    if dialect_of(engine).statements_alone:
+    if dialect_of(engine).statements_alone and not transaction_pooled(engine):
         conn = conn.execution_options(isolation_level="AUTOCOMMIT")
     return conn
 
@@ -251,20 +285,29 @@ def refuses_writes(conn: Connection) -> bool:
     ).scalar())
 
 
-def alembic_config(database_url: str) -> Config:
+def alembic_config(database_url: str, pooling: str = "session") -> Config:
     from alembic.config import Config
 
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
     cfg.attributes["database_url"] = database_url
+    cfg.attributes["database_pooling"] = pooling
     return cfg
 
 
 def upgrade_to_head(settings: Settings) -> None:
-    """Bring the schema to head; safe to repeat and to run from several processes at once."""
+    """Bring the schema to head; safe to repeat and to run from several processes at once.
+
+    Behind a transaction pooler, on the session URL when there is one (a migration's
+    session lock and settings want a session); else through the pooler, all revisions in
+    one transaction under a transaction-scoped lock (``migrations/env.py``)."""
     from alembic import command
 
-    command.upgrade(alembic_config(settings.database_url), "head")
+    if settings.database_pooling == "transaction" and settings.session_database_url:
+        cfg = alembic_config(settings.session_database_url)
+    else:
+        cfg = alembic_config(settings.database_url, settings.database_pooling)
+    command.upgrade(cfg, "head")
 
 
 def head_revision() -> str | None:

@@ -25,6 +25,11 @@ A notification is a hint, never the truth: one lost (the database restarting, a
 listener reconnecting) only leaves a receive to its probe (``app.api.longpoll``). Either
 end reconnects with a backoff when its connection is lost and never raises. SQLite has
 neither end (``publisher`` and ``listener`` give None): its writers are one process.
+
+Behind a transaction pooler (``TXMSG_DATABASE_POOLING=transaction``) a LISTEN would hold
+a server session the pooler hands to others: both ends connect to
+``TXMSG_SESSION_DATABASE_URL`` (direct to PostgreSQL) instead, and without it there are
+none, as on SQLite: receives learn of other processes' commits by their probes.
 """
 
 from __future__ import annotations
@@ -42,7 +47,7 @@ from psycopg.conninfo import make_conninfo
 from sqlalchemy import Engine
 
 from app.config import Settings
-from app.storage.db import pg_connect_args
+from app.storage.db import make_engine, pg_connect_args
 from app.storage.dialects import dialect_of
 
 log = logging.getLogger(__name__)
@@ -77,10 +82,22 @@ def libpq_conninfo(engine: Engine) -> str | None:
     return make_conninfo(**params)
 
 
+def session_conninfo(engine: Engine, settings: Settings) -> str | None:
+    """Where notifications go: the engine's database, or behind a transaction pooler the
+    session URL (None without one, and on SQLite)."""
+    if settings.database_pooling != "transaction":
+        return libpq_conninfo(engine)
+    if not dialect_of(engine).notifications or not settings.session_database_url:
+        return None
+    return libpq_conninfo(make_engine(
+        settings.model_copy(update={"database_url": settings.session_database_url,
+                                    "database_pooling": "session"}), pool=False))
+
+
 def publisher(engine: Engine, settings: Settings) -> Publisher | None:
     """A publisher for the engine's database (not started until it has topics to send);
-    None on SQLite."""
-    url = libpq_conninfo(engine)
+    None on SQLite, and behind a transaction pooler without a session URL."""
+    url = session_conninfo(engine, settings)
     return None if url is None else Publisher(url, settings)
 
 
@@ -88,8 +105,8 @@ def listener(engine: Engine, settings: Settings, callback: Topics, *, own: Publi
              ) -> Listener | None:
     """A started listener on the engine's database, which hands ``callback`` the topics of
     the notifications not sent by ``own`` (its process's publisher, which learns from it
-    whether other processes listen); None on SQLite."""
-    url = libpq_conninfo(engine)
+    whether other processes listen); None where ``publisher`` gives None."""
+    url = session_conninfo(engine, settings)
     if url is None:
         return None
     found = Listener(url, settings, callback, own=own)

@@ -296,6 +296,20 @@ ui_session = Table(
     Column("expires_at", UTCDateTime, nullable=False, index=True),
 )
 
+# dead letters republished by a redrive (app.domain.redrive): each (dead-letter topic,
+# offset) once, claimed with the redrive transaction (producer group txmsg-redrive) that
+# publishes it to ``target_topic``; ``message_id``, the new message's, once committed
+dead_letter_redrive = Table(
+    "dead_letter_redrive",
+    metadata,
+    Column("dlq_topic", NAME, primary_key=True),
+    Column("dlq_offset", BigInteger, primary_key=True, autoincrement=False),
+    Column("target_topic", NAME, nullable=False),
+    Column("transaction_id", NAME, nullable=False),
+    Column("message_id", String(32), nullable=True),
+    Column("redriven_at", UTCDateTime, nullable=False),
+)
+
 topic_retention = Table(
     "topic_retention",
     metadata,

@@ -28,7 +28,7 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy import exc as sa_exc
 
 from app.errors import ApiError, DatabaseUnavailable
-from app.storage.db import write_connection
+from app.storage.db import transaction_pooled, write_connection
 
 log = logging.getLogger(__name__)
 
@@ -314,7 +314,7 @@ class GroupCommitWriter(Generic[T]):
             self._release()
         if self._conn is None:
             conn = write_connection(self._engine)
-            if self._one_statement:
+            if self._one_statement and not transaction_pooled(conn):
                 conn = conn.execution_options(isolation_level="AUTOCOMMIT")
             self._conn = conn
         return self._conn

@@ -344,6 +344,30 @@ def topic(topic: str) -> str:
                            subscriptions=subscriptions)
 
 
+@bp.post("/topics/<topic>/redrive")
+@public
+def redrive(topic: str) -> BaseResponse:
+    """An operator's redrive of this dead-letter topic (``app.domain.redrive``, as
+    ``txmsg dead-letters redrive``): its form's offsets and target topic, admin only."""
+    from app.domain import redrive as redrives
+
+    check_readable_topic(topic)
+    _require(ADMIN)
+    first, last = redrives.parse_offsets(request.form.get("offsets", "").strip() or None)
+    to = request.form.get("to", "").strip() or None
+    app_state = state()
+    try:
+        done = redrives.redrive(app_state.engine, app_state.lifecycle, topic, first=first,
+                                last=last, to=to, source=SOURCE)
+    except ApiError as exc:
+        if exc.status not in (400, 409):
+            raise
+        flash(exc.detail, "error")
+    else:
+        flash(f"{len(done['redriven'])} dead letter(s) redriven.", "ok")
+    return redirect(url_for("ui.topic", topic=topic), 303)
+
+
 @bp.get("/messages/<message_id>")
 @public
 def message(message_id: str) -> str:
