@@ -131,14 +131,15 @@ def check_may_read(principal: Principal, message: Mapping[str, Any], message_id:
     see it in every state, its topic's consumers only once it is committed. To anyone
     but its producers an unresolved, rolled-back or discarded message is not there (404,
     the same as an unknown ``message_id``: its existence does not leak); a committed one
-    the principal may not read is 403."""
+    the principal may not read is 403, naming neither its topic nor its group (a token
+    must not learn them from a message id)."""
     if principal.may(PRODUCE, message["producer_group"]):
         return
     if message["state"] != State.COMMITTED:
         raise message_not_found(message_id)
     if not principal.may(CONSUME, message["topic"]):
-        raise Forbidden(f"this token has neither consume:{message['topic']} nor "
-                        f"produce:{message['producer_group']}")
+        raise Forbidden(f"this token may not read message {message_id!r}: it needs consume "
+                        "on its topic or produce on its producer group")
 
 
 def get_message(engine: Engine, message_id: str,
