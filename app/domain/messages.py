@@ -325,16 +325,28 @@ class SingleMessageTransactionIn(MessageIn, TransactionOptions):
 
 
 class ProducerGroupIn(BaseModel):
+    """A registration; a PUT of a registered group changes only the fields it names."""
+
     model_config = _STRICT
 
-    check_urls: list[CallbackUrl] = Field(min_length=1, max_length=MAX_CHECK_URLS,
-                                      description="Asked in order during a check.")
-    check_timeout_ms: StrictInt = Field(3000, ge=100, le=60000)
+    check_urls: list[CallbackUrl] | None = Field(
+        None, min_length=1, max_length=MAX_CHECK_URLS, description=(
+            "Asked in order during a check. Needed to register a group "
+            "(else `missing_field`); left out, a registered group keeps its URLs."))
+    check_timeout_ms: StrictInt = Field(3000, ge=100, le=60000, description=(
+        "Left out, a registered group keeps its timeout; a new one gets the default."))
 
     @field_validator("check_urls")
     @classmethod
-    def _urls(cls, urls: list[str], info: ValidationInfo) -> list[str]:
-        return [_callback_url(u, info) for u in urls]
+    def _urls(cls, urls: list[str] | None, info: ValidationInfo) -> list[str] | None:
+        return None if urls is None else [_callback_url(u, info) for u in urls]
+
+    def named(self) -> dict[str, Any]:
+        """The fields this request names (a null ``check_urls`` names nothing)."""
+        out = {k: getattr(self, k) for k in self.model_fields_set}
+        if out.get("check_urls", ()) is None:
+            del out["check_urls"]
+        return out
 
 
 MIN_RETENTION_SECONDS = 60

@@ -259,7 +259,12 @@ def test_a_dead_letter_topic_other_than_the_default_needs_consume_on_it(
     # changing it to another topic is refused too; back to the default needs nothing more
     assert_problem(client.put(f"{subs}/s1", json=refused, headers=only_orders), 403, "forbidden")
     assert client.get(f"{subs}/s1", headers=only_orders).json["dead_letter_topic"] == "other"
-    for body in ({}, {"dead_letter_topic": f"{TOPIC}-s1-DLQ"}):
+    # a change that leaves it out needs no scope on it, and keeps it (#37)
+    for body in ({}, {"ack_timeout_ms": 5000}, {"redelivery_backoff": {"min_ms": 10}}):
+        r = client.put(f"{subs}/s1", json=body, headers=only_orders)
+        assert r.status_code == 200, r.json
+        assert r.json["dead_letter_topic"] == "other"
+    for body in ({"dead_letter_topic": None}, {"dead_letter_topic": f"{TOPIC}-s1-DLQ"}):
         r = client.put(f"{subs}/s1", json=body, headers=only_orders)
         assert r.status_code == 200, r.json
         assert r.json["dead_letter_topic"] == f"{TOPIC}-s1-DLQ"

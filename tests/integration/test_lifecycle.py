@@ -213,8 +213,16 @@ def test_groups_crud(client) -> None:  # type: ignore[no-untyped-def]
     r = client.put("/v1/producer-groups/g", json={"check_urls": ["https://x.example/cb"],
                                                    "check_timeout_ms": 500})
     assert r.status_code == 200 and r.json["check_timeout_ms"] == 500
+    # a change keeps what it leaves out (#37)
     r = client.put("/v1/producer-groups/g", json={"check_urls": ["http://127.0.0.1:1/a"]})
-    assert r.json["check_urls"] == ["http://127.0.0.1:1/a"] and r.json["check_timeout_ms"] == 3000
+    assert r.json["check_urls"] == ["http://127.0.0.1:1/a"] and r.json["check_timeout_ms"] == 500
+    r = client.put("/v1/producer-groups/g", json={"check_timeout_ms": 700})
+    assert r.json["check_urls"] == ["http://127.0.0.1:1/a"] and r.json["check_timeout_ms"] == 700
+    r = client.put("/v1/producer-groups/new", json={"check_timeout_ms": 700})
+    assert (r.status_code, r.json["code"]) == (400, "missing_field")
+    assert client.get("/v1/producer-groups/new").status_code == 404
+    r = client.put("/v1/producer-groups/new", json={"check_urls": ["http://127.0.0.1:1/b"]})
+    assert r.json["check_timeout_ms"] == 3000  # created: the default
     assert client.get("/v1/producer-groups/g").json["check_urls"] == ["http://127.0.0.1:1/a"]
     assert client.delete("/v1/producer-groups/g").status_code == 204
     assert client.get("/v1/producer-groups/g").status_code == 404
