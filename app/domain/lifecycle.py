@@ -124,13 +124,19 @@ def apply_sends(conn: Connection, cmds: Sequence[SendCmd]) -> list[SendResult | 
     existing = transactions.find_txns(conn, [k for k in left if k[0] in registered])
     existing_messages = transactions.messages_of(conn, [r.id for r in existing.values()],
                                           columns=transactions.ID_COLUMNS)
+    forgotten = sends.forgotten(conn, [k for k in left
+                                       if k[0] in registered and k not in existing])
 
     out: list[SendResult | ApiError] = []
     answered: set[tuple[str, str]] = set()
     for cmd in cmds:
         key = (cmd.group, cmd.transaction_id)
         row = existing.get(key)
-        if key not in inserted and row is None:  # unregistered when the batch was stored
+        if key in forgotten:
+            out.append(transaction_id_conflict(
+                cmd.transaction_id, "was resolved long ago and forgotten by retention; "
+                "its id is never used again"))
+        elif key not in inserted and row is None:  # unregistered when the batch was stored
             out.append(UnregisteredProducerGroup(
                 f"producer group {cmd.group!r} has no check callback registration; "
                 f"PUT /v1/producer-groups/{cmd.group} first"))
