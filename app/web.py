@@ -19,6 +19,7 @@ from app.domain.wakeups import NOTIFIED, TopicSignal
 from app.lifetime import die_with_parent
 from app.storage import notices
 from app.storage.db import make_engine, make_read_engine
+from app.storage.replica import Reads
 
 
 @dataclass
@@ -34,9 +35,13 @@ class AppState:
     # (TXMSG_READ_DATABASE_URL's standby; else ``engine``)
     read_engine: Engine | None = None
 
+    def __post_init__(self) -> None:
+        self.reads = Reads(self.read_engine, self.engine)
+
     @property
     def reader(self) -> Engine:
-        return self.read_engine or self.engine
+        """The engine of reads that may lag now (the primary while the replica is down)."""
+        return self.reads.engine
 
     @property
     def signal(self) -> TopicSignal:

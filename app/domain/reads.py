@@ -15,6 +15,7 @@ from app.domain.limits import offset_plus
 from app.errors import Forbidden, InvalidRequest, NotFound
 from app.storage import checks, log, topics, transactions
 from app.storage.db import read_connection
+from app.storage.replica import Reads
 from app.storage.schema import AnyRow
 from app.vocabulary import State
 
@@ -142,11 +143,17 @@ def check_may_read(principal: Principal, message: Mapping[str, Any], message_id:
                         "on its topic or produce on its producer group")
 
 
-def get_message(engine: Engine, message_id: str,
+def get_message(engine: Engine | Reads, message_id: str,
                 principal: Principal = UNRESTRICTED) -> dict[str, Any]:
-    """One message as ``principal`` may see it (``check_may_read``)."""
-    with read_connection(engine) as conn:
-        row = log.get_message(conn, message_id)
+    """One message as ``principal`` may see it (``check_may_read``). Looked up in
+    ``Reads`` (a replica that may lag), a message it does not have yet is looked up on
+    the primary before answering 404: its id came from a send answered by the primary."""
+    def lookup(engine: Engine) -> AnyRow | None:
+        with read_connection(engine) as conn:
+            return log.get_message(conn, message_id)
+
+    row = (engine.run(lookup, lagging=lambda row: row is None) if isinstance(engine, Reads)
+           else lookup(engine))
     if row is None:
         raise message_not_found(message_id)
     out: dict[str, Any] = {

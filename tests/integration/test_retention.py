@@ -15,9 +15,9 @@ from sqlalchemy import Engine, insert, select, text, update
 from app.config import Settings
 from app.domain.lifecycle import apply_sends, utcnow
 from app.domain.messages import parse_transaction
-from app.errors import ApiError
 from app.domain.names import DISCARD_TOPIC
 from app.domain.retention import Retention
+from app.errors import ApiError
 from app.storage.schema import check_log, forgotten_txn, message_log, txn
 from app.vocabulary import Op
 from tests.conftest import make_settings
