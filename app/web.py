@@ -19,6 +19,7 @@ from app.domain.wakeups import NOTIFIED, TopicSignal
 from app.lifetime import die_with_parent
 from app.storage import notices
 from app.storage.db import make_engine, make_read_engine
+from app.storage.replica import Reads
 
 
 @dataclass
@@ -34,14 +35,17 @@ class AppState:
     # (TXMSG_READ_DATABASE_URL's standby; else ``engine``)
     read_engine: Engine | None = None
     exposition: metrics.Exposition = field(init=False)  # /metrics, with its computations
+    reads: Reads = field(init=False)  # where reads that may lag go now
 
     def __post_init__(self) -> None:
         self.exposition = metrics.Exposition(partial(health.database_state, self.engine),
                                              self.settings.metrics_cache_seconds)
+        self.reads = Reads(self.read_engine, self.engine)
 
     @property
     def reader(self) -> Engine:
-        return self.read_engine or self.engine
+        """The engine of reads that may lag now (the primary while the replica is down)."""
+        return self.reads.engine
 
     @property
     def signal(self) -> TopicSignal:

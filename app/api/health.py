@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from sqlalchemy import Engine
 
 from app import metrics
@@ -29,7 +31,11 @@ def readyz(call: Call) -> Answer:
                            head=ready.head)
         refusal.title = "Schema not at head"
         raise refusal
-    return 200, {"status": "ready", "revision": ready.revision}
+    body: dict[str, Any] = {"status": "ready", "revision": ready.revision}
+    replica = call.state.reads.replica_reachable()
+    if replica is not None:  # reads go to the primary meanwhile: still ready
+        body["read_replica"] = "reachable" if replica else "unreachable"
+    return 200, body
 
 
 def metrics_view(call: Call) -> Answer:

@@ -147,7 +147,8 @@ def _action(name: str, summary: str, handler: Handler, answer: Any, body: Any,
 
 ROUTES: tuple[Route, ...] = (
     Route("PUT", _GROUP_PATH, _PRODUCE, groups.put_group, "putProducerGroup",
-          "producer-groups", "Register (or replace) a producer group's check callbacks",
+          "producer-groups",
+          "Register a producer group's check callbacks, or change what is named of them",
           {"200": (ProducerGroup, "The stored registration.")},
           {"400": f"{_GROUP}, {_BODY}, {_CALLBACK_URL}", "413": "payload_too_large", **_DB},
           body=ProducerGroupIn),
@@ -167,14 +168,16 @@ ROUTES: tuple[Route, ...] = (
     Route("POST", _TXNS, _PRODUCE, transactions.send, "sendTransaction", "transactions",
           "Send the half messages of a transaction (invisible until committed)",
           {"201": (SentTransaction, "Stored, PREPARED."),
-           "200": (SentTransaction, ("A retried send (same transaction_id, same messages): "
-                                     "the first answer, whatever the state now."))},
+           "200": (SentTransaction, ("A retried send (same transaction_id, same messages, "
+                                     "check_url and check_immunity_seconds): the first "
+                                     "answer, whatever the state now."))},
           {"400": f"{_GROUP}, {_BODY}, invalid_topic, reserved_topic, invalid_body, "
                   "invalid_base64, too_many_properties, properties_too_large, invalid_tag, "
                   f"invalid_transaction_id, {_CALLBACK_URL}, invalid_deliver_at, "
                   "invalid_subscription, invalid_offset, too_many_acks",
            "404": "subscription_not_found (an ack's subscription)",
-           "409": "transaction_id_conflict, ack_not_pending, ack_conflict",
+           "409": "transaction_id_conflict (the id was sent with other messages or check "
+                  "settings, or retention forgot it), ack_not_pending, ack_conflict",
            "413": "body_too_large, payload_too_large",
            "422": "unregistered_producer_group", **_DB},
           body=(TransactionIn, SingleMessageTransactionIn),
@@ -226,7 +229,8 @@ ROUTES: tuple[Route, ...] = (
           {"400": "invalid_topic, reserved_topic, invalid_query_parameter", **_DB},
           parameters=("after_subscription", "limit")),
     Route("PUT", _SUB, _CONSUME, subscriptions.put_subscription, "putSubscription",
-          "subscriptions", "Create a subscription (201) or change its settings (200)",
+          "subscriptions",
+          "Create a subscription (201) or change the settings named (200; the others kept)",
           {"201": (Subscription, "Created."),
            "200": (Subscription, "Updated (initial_position ignored).")},
           {"400": f"{_NAMES}, {_BODY}, invalid_dead_letter_topic, invalid_backoff",

@@ -216,6 +216,9 @@ class Health(TypedDict):
 class Ready(TypedDict):
     status: Literal["ready"]
     revision: str | None
+    read_replica: NotRequired[Annotated[Literal["reachable", "unreachable"], Field(description=(
+        "With TXMSG_READ_DATABASE_URL: whether the replica answers within 1 s; while it "
+        "does not, reads go to the primary (and the process is still ready)."))]]
 
 
 @with_config(_CLOSED)

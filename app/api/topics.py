@@ -39,11 +39,12 @@ def read_topic(call: Call) -> Answer:
     """Committed messages of a topic from ``from_offset``, in offset order, at most
     ``limit`` of them and TXMSG_MAX_READ_BYTES of bodies (but at least one)."""
     topic = check_readable_topic(call.params["topic"])
-    return 200, reads.read_topic(call.state.reader, topic, call.int_arg("from_offset", 0, 0),
-                                 call.limit_arg(), call.state.settings.max_read_bytes)
+    from_offset, limit = call.int_arg("from_offset", 0, 0), call.limit_arg()
+    return 200, call.state.reads.run(lambda engine: reads.read_topic(
+        engine, topic, from_offset, limit, call.state.settings.max_read_bytes))
 
 
 def get_message(call: Call) -> Answer:
     """One message, its transaction's state and, once committed, its offset."""
-    return 200, reads.get_message(call.state.reader, check_message_id(call.params["message_id"]),
+    return 200, reads.get_message(call.state.reads, check_message_id(call.params["message_id"]),
                                   call.principal)

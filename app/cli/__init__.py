@@ -51,10 +51,13 @@ def main(log_level: str | None) -> None:
                    "or drops.")
 def migrate(grant_to: str | None) -> None:
     """Bring the database schema to head (safe to repeat)."""
+    from sqlalchemy.engine import make_url
+
     from app.storage.db import upgrade_to_head
+    from app.storage.dialects import dialect_for_url
 
     settings = _settings()
-    if grant_to is not None and settings.is_sqlite:
+    if grant_to is not None and not dialect_for_url(make_url(settings.database_url)).roles:
         click.echo("txmsg migrate: --grant-to needs PostgreSQL (SQLite has no roles: "
                    "its file's permissions are its access control); nothing done", err=True)
         sys.exit(2)

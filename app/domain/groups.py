@@ -18,7 +18,7 @@ from app.config import Settings
 from app.domain import signing
 from app.domain.lifecycle import utcnow
 from app.domain.messages import ProducerGroupIn
-from app.errors import NotFound
+from app.errors import InvalidRequest, NotFound
 from app.storage import groups
 from app.storage.db import write_transaction
 from app.storage.schema import AnyRow
@@ -45,9 +45,17 @@ def _registration(conn: Connection, name: str) -> dict[str, Any]:
 
 
 def register(engine: Engine, name: str, request: ProducerGroupIn) -> dict[str, Any]:
+    """Register the group, or change what the request names of its registration (what it
+    leaves out keeps its value). A group is registered with its ``check_urls``."""
+    named = request.named()
     now = utcnow()
     with write_transaction(engine) as conn:
-        groups.upsert(conn, name, request.check_urls, request.check_timeout_ms, now)
+        if "check_urls" in named:
+            groups.upsert(conn, name, named["check_urls"], request.check_timeout_ms, now,
+                          keep_timeout="check_timeout_ms" not in named)
+        elif not groups.change(conn, name, now, named.get("check_timeout_ms")):
+            raise InvalidRequest(f"check_urls: producer group {name!r} is not registered; "
+                                 "registering it needs its check_urls", code="missing_field")
         groups.ensure_secret(conn, name, signing.new_secret(), now)
         return _registration(conn, name)
 

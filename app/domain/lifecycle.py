@@ -12,7 +12,7 @@ from collections import Counter as Tally
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 from sqlalchemy import Connection, Engine
@@ -124,24 +124,31 @@ def apply_sends(conn: Connection, cmds: Sequence[SendCmd]) -> list[SendResult | 
     existing = transactions.find_txns(conn, [k for k in left if k[0] in registered])
     existing_messages = transactions.messages_of(conn, [r.id for r in existing.values()],
                                           columns=transactions.ID_COLUMNS)
+    forgotten = sends.forgotten(conn, [k for k in left
+                                       if k[0] in registered and k not in existing])
 
     out: list[SendResult | ApiError] = []
     answered: set[tuple[str, str]] = set()
     for cmd in cmds:
         key = (cmd.group, cmd.transaction_id)
         row = existing.get(key)
-        if key not in inserted and row is None:  # unregistered when the batch was stored
+        if key in forgotten:
+            out.append(transaction_id_conflict(
+                cmd.transaction_id, "was resolved long ago and forgotten by retention; "
+                "its id is never used again"))
+        elif key not in inserted and row is None:  # unregistered when the batch was stored
             out.append(UnregisteredProducerGroup(
                 f"producer group {cmd.group!r} has no check callback registration; "
                 f"PUT /v1/producer-groups/{cmd.group} first"))
         elif row is not None:  # the id is taken: a retried send
-            out.append(_retried_send(cmd, row.fingerprint, row.created_at, [
+            out.append(_retried_send(cmd, _Sent(row.fingerprint, row.check_url,
+                                                row.check_immunity_seconds), row.created_at, [
                 {"message_id": m.message_id, "topic": m.topic}
                 for m in existing_messages[row.id]], State(row.state)))
         else:
             first = first_of[key]
             if key in answered:  # the same id twice in one batch: the second is a retry
-                out.append(_retried_send(cmd, first.fingerprint, now,
+                out.append(_retried_send(cmd, _sent(first), now,
                                          first.answer_messages(), State.PREPARED))
             else:
                 answered.add(key)
@@ -150,13 +157,36 @@ def apply_sends(conn: Connection, cmds: Sequence[SendCmd]) -> list[SendResult | 
     return out
 
 
-def _retried_send(cmd: SendCmd, fingerprint: str, created_at: datetime,
+class _Sent(NamedTuple):
+    """What a retried send must repeat of the first: its messages (and acks, by their
+    fingerprint) and the settings of its checks."""
+
+    fingerprint: str
+    check_url: str | None
+    check_immunity_seconds: int
+
+
+def _sent(cmd: SendCmd) -> _Sent:
+    return _Sent(cmd.fingerprint, cmd.request.check_url, cmd.request.check_immunity_seconds)
+
+
+def transaction_id_conflict(transaction_id: str, why: str) -> Conflict:
+    """The one refusal of a send whose transaction id cannot be used (again)."""
+    return Conflict(f"transaction {transaction_id!r} {why}", code="transaction_id_conflict")
+
+
+def _retried_send(cmd: SendCmd, first: _Sent, created_at: datetime,
                   messages: list[dict[str, str]], state: State) -> SendResult | ApiError:
     """A send whose transaction id is taken: the same answer again (with the state it has
-    now), or a conflict if the messages differ."""
-    if fingerprint != cmd.fingerprint:
-        return Conflict(f"transaction {cmd.transaction_id!r} was already sent with "
-                        "different messages", code="transaction_id_conflict")
+    now), or a conflict if it differs from the first send (a retry that silently kept the
+    first's check settings would mislead its producer)."""
+    if first.fingerprint != cmd.fingerprint:
+        return transaction_id_conflict(cmd.transaction_id,
+                                       "was already sent with different messages")
+    if _sent(cmd) != first:
+        return transaction_id_conflict(
+            cmd.transaction_id, "was already sent with another check_url or "
+            "check_immunity_seconds")
     return SendResult(_send_body(cmd.group, cmd.transaction_id, created_at, messages, state),
                       created=False)
 

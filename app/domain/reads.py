@@ -15,6 +15,7 @@ from app.domain.limits import offset_plus
 from app.errors import Forbidden, InvalidRequest, NotFound
 from app.storage import checks, log, topics, transactions
 from app.storage.db import read_connection
+from app.storage.replica import Reads
 from app.storage.schema import AnyRow
 from app.vocabulary import State
 
@@ -131,21 +132,28 @@ def check_may_read(principal: Principal, message: Mapping[str, Any], message_id:
     see it in every state, its topic's consumers only once it is committed. To anyone
     but its producers an unresolved, rolled-back or discarded message is not there (404,
     the same as an unknown ``message_id``: its existence does not leak); a committed one
-    the principal may not read is 403."""
+    the principal may not read is 403, naming neither its topic nor its group (a token
+    must not learn them from a message id)."""
     if principal.may(PRODUCE, message["producer_group"]):
         return
     if message["state"] != State.COMMITTED:
         raise message_not_found(message_id)
     if not principal.may(CONSUME, message["topic"]):
-        raise Forbidden(f"this token has neither consume:{message['topic']} nor "
-                        f"produce:{message['producer_group']}")
+        raise Forbidden(f"this token may not read message {message_id!r}: it needs consume "
+                        "on its topic or produce on its producer group")
 
 
-def get_message(engine: Engine, message_id: str,
+def get_message(engine: Engine | Reads, message_id: str,
                 principal: Principal = UNRESTRICTED) -> dict[str, Any]:
-    """One message as ``principal`` may see it (``check_may_read``)."""
-    with read_connection(engine) as conn:
-        row = log.get_message(conn, message_id)
+    """One message as ``principal`` may see it (``check_may_read``). Looked up in
+    ``Reads`` (a replica that may lag), a message it does not have yet is looked up on
+    the primary before answering 404: its id came from a send answered by the primary."""
+    def lookup(engine: Engine) -> AnyRow | None:
+        with read_connection(engine) as conn:
+            return log.get_message(conn, message_id)
+
+    row = (engine.run(lookup, lagging=lambda row: row is None) if isinstance(engine, Reads)
+           else lookup(engine))
     if row is None:
         raise message_not_found(message_id)
     out: dict[str, Any] = {

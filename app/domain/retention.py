@@ -7,7 +7,9 @@
 - A transaction resolved (COMMITTED, ROLLED_BACK) longer ago than
   ``TXMSG_RETENTION_SECONDS`` goes with its half messages, op and check records once no
   committed log row refers to its messages: a topic with a longer retention, or the
-  discard topic, keeps it. PREPARED and DISCARDED transactions never go.
+  discard topic, keeps it. PREPARED and DISCARDED transactions never go. A transaction
+  that goes leaves its key (producer group, transaction id) behind, for good: a send
+  that uses it again is refused (409), never published a second time.
 
 Transactions are found two ways. A walk over resolved transactions in (resolved_at, id)
 order, from a cursor stored in the database, sees each one once it is old enough; the
@@ -166,7 +168,8 @@ class Retention:
                            batch)
             pending = _fill(store.read_pending(conn, batch), batch)
             gone = store.expire_transactions(
-                conn, [r.id for r in walked.rows] + [r.txn_id for r in pending.rows], cutoff)
+                conn, [r.id for r in walked.rows] + [r.txn_id for r in pending.rows], cutoff,
+                now)
             store.forget_pending(conn, [r.id for r in pending.rows])
             if walked.rows:
                 self._walked = (walked.rows[-1].resolved_at, walked.rows[-1].id)

@@ -3,7 +3,7 @@ and the rules of their names and dead-letter topics."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator, model_validator
 from pydantic_core import PydanticCustomError
@@ -42,14 +42,26 @@ class BackoffIn(BaseModel):
 
     @model_validator(mode="after")
     def _ordered(self) -> BackoffIn:
-        if self.min_ms > self.max_ms:
-            raise _custom("invalid_backoff", f"redelivery_backoff.min_ms ({self.min_ms}) is "
-                          f"more than max_ms ({self.max_ms})")
+        # one bound alone is checked against the other's value once it is known (a
+        # subscription's stored one, or the default: ``subscription_settings.put``)
+        if self.model_fields_set >= {"min_ms", "max_ms"}:
+            why = backoff_refusal(self.min_ms, self.max_ms)
+            if why is not None:
+                raise _custom("invalid_backoff", why)
         return self
 
 
+def backoff_refusal(min_ms: int, max_ms: int) -> str | None:
+    """Why these bounds cannot make a backoff (``invalid_backoff``), or None."""
+    if min_ms > max_ms:
+        return f"redelivery_backoff.min_ms ({min_ms}) is more than max_ms ({max_ms})"
+    return None
+
+
 class SubscriptionIn(BaseModel):
-    """``PUT /v1/topics/{topic}/subscriptions/{subscription}``; every field optional."""
+    """``PUT /v1/topics/{topic}/subscriptions/{subscription}``; every field optional: a
+    new subscription takes the defaults of those left out, an existing one keeps their
+    values."""
 
     model_config = _STRICT
 
@@ -143,3 +155,38 @@ def names_other_dead_letter_topic(topic: str, name: str, request: SubscriptionIn
     subscription writes into, which the caller must be allowed to consume."""
     given = request.dead_letter_topic
     return given is not None and given != default_dead_letter_topic(topic, name)
+
+
+# the stored settings' columns, by the field of ``SubscriptionIn`` (and of its backoff)
+# that names them
+_COLUMNS = (("ack_timeout_ms", None, "ack_timeout_ms"),
+            ("max_redeliveries", None, "max_redeliveries"),
+            ("redelivery_backoff", "min_ms", "backoff_min_ms"),
+            ("redelivery_backoff", "max_ms", "backoff_max_ms"))
+
+
+def named_settings(topic: str, name: str, request: SubscriptionIn, *, new: bool
+                   ) -> dict[str, Any]:
+    """The settings to store, by column: all of them for a ``new`` subscription (the
+    defaults where the request is silent), else only those the request names."""
+    out: dict[str, Any] = {}
+    for field, inner, column in _COLUMNS:
+        value = getattr(request, field)
+        if inner is not None:
+            if not new and inner not in value.model_fields_set:
+                continue
+            value = getattr(value, inner)
+        if new or field in request.model_fields_set:
+            out[column] = value
+    if new or "dead_letter_topic" in request.model_fields_set:
+        out["dead_letter_topic"] = _dead_letter_topic_to_store(topic, name, request)
+    return out
+
+
+def _dead_letter_topic_to_store(topic: str, name: str, request: SubscriptionIn) -> str:
+    dead_letter = dead_letter_topic(topic, name, request)
+    if request.dead_letter_topic is None and not is_valid_name(dead_letter):
+        raise InvalidRequest(
+            f"the default dead-letter topic {dead_letter[:200]!r} would break the name rule "
+            f"{NAME_PATTERN}; give dead_letter_topic", code="invalid_dead_letter_topic")
+    return dead_letter

@@ -10,8 +10,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine
 
 from app.domain import clock
-from app.domain.names import NAME_PATTERN, is_valid_name
-from app.domain.subscription_models import SubscriptionIn, dead_letter_topic
+from app.domain.subscription_models import SubscriptionIn, backoff_refusal, named_settings
 from app.errors import InvalidRequest, NotFound
 from app.storage import subscriptions as store
 from app.storage import topics
@@ -56,29 +55,32 @@ def not_found(topic: str, name: str) -> NotFound:
 
 def put(engine: Engine, topic: str, name: str, request: SubscriptionIn
         ) -> tuple[dict[str, Any], bool]:
-    """Create a subscription (True) or change its settings (False); its description."""
-    dead_letter = dead_letter_topic(topic, name, request)
-    if request.dead_letter_topic is None and not is_valid_name(dead_letter):
-        raise InvalidRequest(
-            f"the default dead-letter topic {dead_letter[:200]!r} would break the name rule "
-            f"{NAME_PATTERN}; give dead_letter_topic", code="invalid_dead_letter_topic")
-    settings = {"ack_timeout_ms": request.ack_timeout_ms,
-                "max_redeliveries": request.max_redeliveries,
-                "backoff_min_ms": request.redelivery_backoff.min_ms,
-                "backoff_max_ms": request.redelivery_backoff.max_ms,
-                "dead_letter_topic": dead_letter}
+    """Create a subscription (True) or change the settings the request names, the others
+    keeping their values (False); its description."""
     now = clock.utcnow()
     with write_transaction(engine) as conn:
-        first, nxt = topics.topic_ends(conn, topic)
-        start = first if request.initial_position == "earliest" else nxt
-        created = store.create(conn, {"topic": topic, "name": name, **settings,
-                                      "ack_cursor": start, "read_offset": start,
-                                      "created_at": now, "updated_at": now})
-        row = found(conn, topic, name, lock=True)
-        if not created:
-            store.change(conn, row.id, {**settings, "updated_at": now})
-            row = found(conn, topic, name)
-        return describe(conn, row, now), created
+        row = store.get(conn, topic, name, lock=True)
+        if row is None:
+            settings = named_settings(topic, name, request, new=True)
+            _check_backoff(settings)
+            first, nxt = topics.topic_ends(conn, topic)
+            start = first if request.initial_position == "earliest" else nxt
+            if store.create(conn, {"topic": topic, "name": name, **settings,
+                                   "ack_cursor": start, "read_offset": start,
+                                   "created_at": now, "updated_at": now}):
+                return describe(conn, found(conn, topic, name), now), True
+            row = found(conn, topic, name, lock=True)  # created meanwhile elsewhere
+        changes = named_settings(topic, name, request, new=False)
+        _check_backoff({"backoff_min_ms": row.backoff_min_ms,
+                        "backoff_max_ms": row.backoff_max_ms, **changes})
+        store.change(conn, row.id, {**changes, "updated_at": now})
+        return describe(conn, found(conn, topic, name), now), False
+
+
+def _check_backoff(settings: dict[str, Any]) -> None:
+    why = backoff_refusal(settings["backoff_min_ms"], settings["backoff_max_ms"])
+    if why is not None:
+        raise InvalidRequest(why, code="invalid_backoff")
 
 
 def get(engine: Engine, topic: str, name: str) -> dict[str, Any]:

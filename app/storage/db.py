@@ -91,7 +91,22 @@ def make_read_engine(settings: Settings, primary: Engine) -> Engine:
     standby shows of a topic is a prefix of its log: dense, like the primary's."""
     if not settings.read_database_url:
         return primary
-    return make_engine(read_settings(settings))
+    return make_engine(replica_settings(settings))
+
+
+REPLICA_TIMEOUT_SECONDS = 1
+
+
+def replica_settings(settings: Settings) -> Settings:
+    """The read settings with the replica's timeouts: a replica that does not connect or
+    answer a statement within ``REPLICA_TIMEOUT_SECONDS`` counts as unreachable (its reads
+    go to the primary: ``app.storage.replica``), and a free pooled connection is waited
+    for no longer."""
+    return read_settings(settings).model_copy(update={
+        "db_connect_timeout_seconds": REPLICA_TIMEOUT_SECONDS,
+        "db_statement_timeout_ms": REPLICA_TIMEOUT_SECONDS * 1000,
+        "db_pool_timeout_seconds": min(settings.db_pool_timeout_seconds,
+                                       REPLICA_TIMEOUT_SECONDS)})
 
 
 def read_settings(settings: Settings) -> Settings:

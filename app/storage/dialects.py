@@ -54,6 +54,8 @@ class Dialect:
     vacuums: ClassVar[bool]
     # Datetimes are stored without their time zone (SQLite stores naive text).
     naive_datetimes: ClassVar[bool]
+    # Access is granted to roles (``txmsg migrate --grant-to``); SQLite's is its file's.
+    roles: ClassVar[bool]
     # A list of values travels as one array parameter (``= ANY(:ids)``, ``unnest``): one
     # statement text whatever its length, parsed and planned once.
     arrays: ClassVar[bool]
@@ -106,6 +108,7 @@ class Dialect:
 class PostgreSQL(Dialect):
     backend = "postgresql"
     in_process = False
+    roles = True
     one_writer = False
     statements_alone = True
     relaxed_commits = True
@@ -148,6 +151,7 @@ class PostgreSQL(Dialect):
 class SQLite(Dialect):
     backend = "sqlite"
     in_process = True
+    roles = False
     one_writer = True
     statements_alone = False
     relaxed_commits = False

@@ -23,18 +23,28 @@ _REGISTRATION = select(
 
 
 def upsert(conn: Connection, name: str, check_urls: list[str], check_timeout_ms: int,
-           now: datetime) -> None:
+           now: datetime, *, keep_timeout: bool = False) -> None:
+    """Register the group, or change its URLs (and its timeout unless ``keep_timeout``:
+    ``check_timeout_ms`` is then only a new group's)."""
     stmt = dialect_insert(conn, producer_group).values(
         name=name, check_urls=orjson.dumps(check_urls).decode(),
         check_timeout_ms=check_timeout_ms, created_at=now, updated_at=now,
     )
-    stmt = stmt.on_conflict_do_update(
-        index_elements=[producer_group.c.name],
-        set_={"check_urls": stmt.excluded.check_urls,
-              "check_timeout_ms": stmt.excluded.check_timeout_ms,
-              "updated_at": stmt.excluded.updated_at},
-    )
-    conn.execute(stmt)
+    changed = {"check_urls": stmt.excluded.check_urls, "updated_at": stmt.excluded.updated_at}
+    if not keep_timeout:
+        changed["check_timeout_ms"] = stmt.excluded.check_timeout_ms
+    conn.execute(stmt.on_conflict_do_update(index_elements=[producer_group.c.name],
+                                            set_=changed))
+
+
+def change(conn: Connection, name: str, now: datetime, check_timeout_ms: int | None) -> bool:
+    """Change a registered group's timeout (None: none of its settings); False if the
+    group is not registered."""
+    values: dict[str, object] = {"updated_at": now}
+    if check_timeout_ms is not None:
+        values["check_timeout_ms"] = check_timeout_ms
+    stmt = update(producer_group).where(producer_group.c.name == name).values(**values)
+    return conn.execute(stmt).rowcount == 1
 
 
 def get(conn: Connection, name: str) -> AnyRow | None:

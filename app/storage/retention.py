@@ -42,6 +42,7 @@ from app.storage.schema import (
     AnySelect,
     UTCDateTime,
     check_log,
+    forgotten_txn,
     half_message,
     message_log,
     op_log,
@@ -205,10 +206,12 @@ class Deleted(NamedTuple):
     check_records: int
 
 
-def expire_transactions(conn: Connection, txn_ids: Sequence[int], cutoff: datetime) -> Deleted:
+def expire_transactions(conn: Connection, txn_ids: Sequence[int], cutoff: datetime,
+                        now: datetime | None = None) -> Deleted:
     """Delete those of ``txn_ids`` that were resolved before ``cutoff`` and no committed
     log row (of any topic, the discard topic included) still refers to, with their half
-    messages, op and check records.
+    messages, op and check records; their keys are kept in ``forgotten_txn`` (forgotten
+    at ``now``), so that a send never uses one again.
 
     A resolved transaction never changes state again, so it never gains a committed log
     row: once none refers to it, none will."""
@@ -228,7 +231,14 @@ def expire_transactions(conn: Connection, txn_ids: Sequence[int], cutoff: dateti
     # and this one waits for a check being recorded under one of these rows (which
     # updates the row, then inserts its check record), whose record the DELETE below
     # then sees; a check recorded after it finds the row gone and writes nothing
-    txns = conn.execute(delete(txn).where(among(conn, txn.c.id, gone))).rowcount
+    keys = conn.execute(delete(txn).where(among(conn, txn.c.id, gone))
+                        .returning(txn.c.producer_group, txn.c.transaction_id)).all()
+    if keys:
+        forgotten_at = now or datetime.now(UTC)
+        conn.execute(dialect_insert(conn, forgotten_txn).on_conflict_do_nothing(), [
+            {"producer_group": g, "transaction_id": x, "forgotten_at": forgotten_at}
+            for g, x in keys])
+    txns = len(keys)
     checks = conn.execute(delete(check_log).where(among(conn, check_log.c.txn_id, gone))).rowcount
     ops = conn.execute(delete(op_log).where(among(conn, op_log.c.txn_id, gone))).rowcount
     messages = conn.execute(delete(half_message)

@@ -27,6 +27,8 @@ Table groups:
   transactions whose committed log rows were just deleted, and how far the walk over
   resolved transactions has gone. They are rows of their own, apart from the counter
   row every commit locks, so that retention never waits for a commit nor a commit for it.
+- ``forgotten_txn``: the (producer group, transaction id) of every transaction retention
+  deleted, with when: a send never reuses one (``app.storage.sends``).
 
 No foreign keys among the transaction tables (``half_message.txn_id``, ``op_log.txn_id``,
 ``check_log.txn_id`` to ``txn.id``; ``message_log.half_message_id`` to ``half_message.id``):
@@ -326,6 +328,16 @@ retention_pending = Table(
     Column("id", BigId, primary_key=True, autoincrement=True),
     # no foreign key: the transaction may already be gone when this row is read
     Column("txn_id", BigId, nullable=False),
+)
+
+# the transactions retention forgot: their ids stay taken, so that a send retried after
+# retention never publishes a second copy (``app.storage.sends``); kept for good
+forgotten_txn = Table(
+    "forgotten_txn",
+    metadata,
+    Column("producer_group", NAME, primary_key=True),
+    Column("transaction_id", String(128), primary_key=True),
+    Column("forgotten_at", UTCDateTime, nullable=False),
 )
 
 retention_cursor = Table(

@@ -10,18 +10,18 @@ domain never spells a column name. Reading them: ``transactions``; finishing the
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import datetime
 from typing import Any, NamedTuple, Protocol
 
 import orjson
-from sqlalchemy import Connection, Engine, and_, exists, insert, select
+from sqlalchemy import Connection, Engine, and_, exists, insert, select, tuple_
 from sqlalchemy.dialects import postgresql, sqlite
 
 from app.storage.bulk import Encoded, JsonRows, Key, insert_rows
 from app.storage.dialects import dialect_of
 from app.storage.groups import registered
-from app.storage.schema import AnySelect, half_message, producer_group, txn
+from app.storage.schema import AnySelect, forgotten_txn, half_message, producer_group, txn
 from app.vocabulary import State
 
 
@@ -71,11 +71,13 @@ def sends_are_one_statement(engine: Engine) -> bool:
 
 def store_sends(conn: Connection, sends: Sequence[NewTransaction]) -> dict[Key, int]:
     """Insert new transactions with their messages, each only if its producer group is
-    registered and its (group, transaction id) is free; the new transactions' ids by key.
+    registered and its (group, transaction id) is free: neither taken nor forgotten by
+    retention (``forgotten_txn``); the new transactions' ids by key.
 
-    A key left out is either unregistered or taken (a retried send, or an insert racing
-    in from another process, which is waited for by ON CONFLICT DO NOTHING): the caller
-    tells the two apart. On PostgreSQL the whole batch is one statement.
+    A key left out is unregistered, taken (a retried send, or an insert racing in from
+    another process, which is waited for by ON CONFLICT DO NOTHING) or forgotten: the
+    caller tells them apart. On PostgreSQL the whole batch is one statement, which looks
+    a key up among the forgotten ones by the primary key, for new keys only.
     """
     if not sends:
         return {}
@@ -84,6 +86,9 @@ def store_sends(conn: Connection, sends: Sequence[NewTransaction]) -> dict[Key, 
 
     names = registered(conn, {s.group for s in sends})
     kept = [s for s in sends if s.group in names]
+    if kept:  # SQLite's writers take turns: nobody forgets a transaction meanwhile
+        gone = forgotten(conn, [(s.group, s.transaction_id) for s in kept])
+        kept = [s for s in kept if (s.group, s.transaction_id) not in gone]
     if not kept:
         return {}
     result = conn.execute(_insert_new_txns_stmt(), [_txn_row(s) for s in kept])
@@ -174,7 +179,10 @@ def _store_sends_stmt() -> AnySelect:
     t, m = _SEND_TXNS, _SEND_MESSAGES
     new = (postgresql.insert(txn)
            .from_select(list(_SEND_TXN_COLUMNS), select(*(t.col(n) for n in _SEND_TXN_COLUMNS))
-                        .where(exists().where(producer_group.c.name == t.col("producer_group"))))
+                        .where(exists().where(producer_group.c.name == t.col("producer_group")),
+                               ~exists().where(
+                                   forgotten_txn.c.producer_group == t.col("producer_group"),
+                                   forgotten_txn.c.transaction_id == t.col("transaction_id"))))
            .on_conflict_do_nothing(index_elements=[txn.c.producer_group, txn.c.transaction_id])
            .returning(txn.c.id, txn.c.producer_group, txn.c.transaction_id,
                       txn.c.created_at)
@@ -198,3 +206,13 @@ def _store_sends_pg(conn: Connection, sends: Sequence[NewTransaction]) -> dict[K
     params = {**_SEND_TXNS.param([_txn_row(s) for s in sends]), **messages}
     return {(r.producer_group, r.transaction_id): r.id
             for r in conn.execute(_store_sends_stmt(), params)}
+
+
+def forgotten(conn: Connection, keys: Collection[Key]) -> set[Key]:
+    """Those of ``keys`` whose transactions retention deleted (``forgotten_txn``)."""
+    if not keys:
+        return set()
+    stmt = select(forgotten_txn.c.producer_group, forgotten_txn.c.transaction_id).where(
+        tuple_(forgotten_txn.c.producer_group, forgotten_txn.c.transaction_id).in_(
+            sorted(set(keys))))
+    return {(g, x) for g, x in conn.execute(stmt)}

@@ -168,7 +168,9 @@ CASES = [
     send("messages-0", {"messages": []}, "invalid_length"),
     send("messages-1001", {"messages": [MSG] * 1001}, "invalid_length"),
     # check URLs: 1..16 absolute http(s) URLs, timeout 100..60000
-    put_group("check-urls-missing", {"check_timeout_ms": 3000}, "missing_field"),
+    # a registered group's change may leave its URLs out; a new group needs them
+    case("check-urls-missing", "PUT", "/v1/producer-groups/not-yet", 400, "missing_field",
+         json={"check_timeout_ms": 3000}),
     put_group("check-urls-empty", {"check_urls": []}, "invalid_length"),
     put_group("check-urls-17", {"check_urls": [f"http://h{i}:9/c" for i in range(17)]},
               "invalid_length"),
@@ -275,6 +277,12 @@ CASES = [
     send("txid-reused-extra-message", {"transaction_id": "t-open", "messages": [MSG, MSG]},
          "transaction_id_conflict", 409),
     send("txid-reused-other-tag", with_msg(transaction_id="t-open", tag="x"),
+         "transaction_id_conflict", 409),
+    send("txid-reused-other-immunity", with_msg(transaction_id="t-open",
+                                                check_immunity_seconds=60),
+         "transaction_id_conflict", 409),
+    send("txid-reused-other-check-url", with_msg(transaction_id="t-open",
+                                                 check_url="http://127.0.0.1:9/other"),
          "transaction_id_conflict", 409),
     *[case(f"unknown-txn-{op}", "POST", f"{TXN}/t-nope/{op}", 404, "transaction_not_found")
       for op in ("commit", "rollback", "resume-check")],

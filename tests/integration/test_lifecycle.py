@@ -118,6 +118,22 @@ def test_retried_send_never_duplicates(client, app) -> None:  # type: ignore[no-
     assert other.status_code == 409 and other.json["code"] == "transaction_id_conflict"
 
 
+def test_a_retry_with_other_check_settings_is_a_conflict(client, app) -> None:  # type: ignore[no-untyped-def]
+    register(client)
+    first = {"transaction_id": "order-43", "check_url": "http://127.0.0.1:9/a",
+             "check_immunity_seconds": 60, "topic": "orders", "body": "a"}
+    assert send(client, **first).status_code == 201
+    for other in ({"check_url": "http://127.0.0.1:9/b"}, {"check_url": None},
+                  {"check_immunity_seconds": 61}, {"check_immunity_seconds": 0}):
+        r = send(client, **{**first, **other})
+        assert (r.status_code, r.json["code"]) == (409, "transaction_id_conflict"), other
+    assert send(client, **first).status_code == 200
+    stored = client.get("/v1/producer-groups/orders-svc/transactions/order-43").json
+    assert (stored["check_url"], stored["check_immunity_seconds"]) == (
+        "http://127.0.0.1:9/a", 60)
+    assert row_counts(app.extensions["txmsg"].engine)["txn"] == 1
+
+
 def test_multi_topic_transaction_gets_offsets_per_topic(client) -> None:  # type: ignore[no-untyped-def]
     register(client)
     sent = send(client, messages=[{"topic": "a", "body": "1"}, {"topic": "b", "body": "2"},
@@ -197,8 +213,16 @@ def test_groups_crud(client) -> None:  # type: ignore[no-untyped-def]
     r = client.put("/v1/producer-groups/g", json={"check_urls": ["https://x.example/cb"],
                                                    "check_timeout_ms": 500})
     assert r.status_code == 200 and r.json["check_timeout_ms"] == 500
+    # a change keeps what it leaves out (#37)
     r = client.put("/v1/producer-groups/g", json={"check_urls": ["http://127.0.0.1:1/a"]})
-    assert r.json["check_urls"] == ["http://127.0.0.1:1/a"] and r.json["check_timeout_ms"] == 3000
+    assert r.json["check_urls"] == ["http://127.0.0.1:1/a"] and r.json["check_timeout_ms"] == 500
+    r = client.put("/v1/producer-groups/g", json={"check_timeout_ms": 700})
+    assert r.json["check_urls"] == ["http://127.0.0.1:1/a"] and r.json["check_timeout_ms"] == 700
+    r = client.put("/v1/producer-groups/new", json={"check_timeout_ms": 700})
+    assert (r.status_code, r.json["code"]) == (400, "missing_field")
+    assert client.get("/v1/producer-groups/new").status_code == 404
+    r = client.put("/v1/producer-groups/new", json={"check_urls": ["http://127.0.0.1:1/b"]})
+    assert r.json["check_timeout_ms"] == 3000  # created: the default
     assert client.get("/v1/producer-groups/g").json["check_urls"] == ["http://127.0.0.1:1/a"]
     assert client.delete("/v1/producer-groups/g").status_code == 204
     assert client.get("/v1/producer-groups/g").status_code == 404

@@ -245,7 +245,7 @@ def test_checks_and_states_the_fuzzer_cannot_reach_conform(harness: Harness) -> 
     conforms(c.get(f"/v1/messages/{sent['messages'][0]['message_id']}").json, "Message")
     conforms(c.get("/v1/topics").json, "TopicList")
     conforms(c.get(f"{base}?limit=1").json, "TransactionList")
-    retry = c.post(base, json={"transaction_id": "order-1", "messages": [
+    retry = c.post(base, json={"transaction_id": "order-1", "check_url": cb.url, "messages": [
         {"topic": "orders", "body": "text", "keys": ["k1"], "tag": "t", "properties": {"p": "v"}},
         {"topic": "payments", "body_base64": base64.b64encode(b"\x00\xff").decode()}]})
     assert retry.status_code == 200

@@ -13,10 +13,12 @@ import pytest
 from sqlalchemy import Engine, insert, select, text, update
 
 from app.config import Settings
-from app.domain.lifecycle import utcnow
+from app.domain.lifecycle import apply_sends, utcnow
+from app.domain.messages import parse_transaction
 from app.domain.names import DISCARD_TOPIC
 from app.domain.retention import Retention
-from app.storage.schema import check_log, message_log, txn
+from app.errors import ApiError
+from app.storage.schema import check_log, forgotten_txn, message_log, txn
 from app.vocabulary import Op
 from tests.conftest import make_settings
 from tests.integration.helpers import finish, register, row_counts, send
@@ -85,6 +87,46 @@ def test_expired_head_goes_and_readers_start_at_first_offset(client, app) -> Non
     assert (counts["message_log"], counts["txn"], counts["half_message"]) == (3, 3, 3)
     # offsets are never reused
     assert commit(client, "orders")["messages"][0]["offset"] == 8
+
+
+def test_a_forgotten_transactions_id_is_refused_for_good(client, app) -> None:  # type: ignore[no-untyped-def]
+    """After retention deleted a transaction, a send with its id (the SDK retrying, say)
+    is 409 and stores nothing: its message is never published a second time (#37)."""
+    register(client)
+    register(client, "other-svc")
+    body = {"transaction_id": "order-7", "topic": "orders", "body": "once"}
+    assert send(client, **body).status_code == 201
+    assert finish(client, "order-7", "commit").status_code == 200
+    rolled = {"transaction_id": "order-8", "topic": "orders", "body": "never"}
+    assert send(client, **rolled).status_code == 201
+    assert finish(client, "order-8", "rollback").status_code == 200
+    backdate(engine_of(app), hours=2)
+    assert retention(app).run()["transactions"] == 2
+    with engine_of(app).connect() as conn:
+        kept = conn.execute(select(forgotten_txn.c.producer_group, forgotten_txn.c.transaction_id,
+                                   forgotten_txn.c.forgotten_at)).all()
+    assert sorted((g, x) for g, x, _ in kept) == [("orders-svc", "order-7"),
+                                                  ("orders-svc", "order-8")]
+    before = row_counts(engine_of(app))
+    for again in (body, rolled, {**body, "body": "other"}):
+        r = send(client, **again)
+        assert (r.status_code, r.json["code"]) == (409, "transaction_id_conflict"), r.json
+        assert "retention" in r.json["detail"]
+    # in one batch with a new send too (the writer's batches mix them)
+    lifecycle = app.extensions["txmsg"].lifecycle
+    with engine_of(app).begin() as conn:
+        out = apply_sends(conn, [lifecycle._send_cmd("orders-svc", parse_transaction(
+            b, max_body_bytes=1024)) for b in (body, {**body, "transaction_id": "order-9"})])
+    assert isinstance(out[0], ApiError) and out[0].code == "transaction_id_conflict"
+    assert not isinstance(out[1], ApiError) and out[1].created
+    assert finish(client, "order-7", "commit").json["code"] == "transaction_not_found"
+    after = row_counts(engine_of(app))
+    assert (after["txn"], after["half_message"]) == (before["txn"] + 1,
+                                                     before["half_message"] + 1)
+    assert after["forgotten_txn"] == 2
+    assert [m["body"] for m in client.get("/v1/topics/orders/messages").json["messages"]] == []
+    # the id is forgotten in its group only
+    assert send(client, group="other-svc", **body).status_code == 201
 
 
 def test_a_topic_expired_whole_reads_empty_from_its_next_offset(client, app) -> None:  # type: ignore[no-untyped-def]

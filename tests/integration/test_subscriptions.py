@@ -72,6 +72,25 @@ def test_create_update_get_list_delete(client: Any) -> None:
     assert again.json["ack_timeout_ms"] == 5000 and again.json["dead_letter_topic"] == "dead"
     assert again.json["ack_cursor"] == 3  # initial_position counts only at creation
     assert again.json["created_at"] == body["created_at"]
+    # a change names what it changes; what it leaves out keeps its value (#37)
+    for change, changed in (
+            ({"max_redeliveries": 3}, {"max_redeliveries": 3}),
+            ({"redelivery_backoff": {"max_ms": 90000}},
+             {"redelivery_backoff": {"min_ms": 1000, "max_ms": 90000}}),
+            ({"redelivery_backoff": {"min_ms": 70000}},
+             {"redelivery_backoff": {"min_ms": 70000, "max_ms": 90000}}),
+            ({}, {})):
+        expected = {**{k: again.json[k] for k in ("ack_timeout_ms", "max_redeliveries",
+                                                   "redelivery_backoff", "dead_letter_topic")},
+                    **changed}
+        again = client.put(f"{SUBS}/s", json=change)
+        assert again.status_code == 200, again.json
+        assert {k: again.json[k] for k in expected} == expected
+    assert again.json["dead_letter_topic"] == "dead" and again.json["ack_timeout_ms"] == 5000
+    r = client.put(f"{SUBS}/s", json={"redelivery_backoff": {"max_ms": 60000}})
+    assert (r.status_code, r.json["code"]) == (400, "invalid_backoff")  # below its min_ms
+    assert client.put(f"{SUBS}/s", json={"dead_letter_topic": None}).json[
+        "dead_letter_topic"] == "t-s-DLQ"
     early = create(client, "e", initial_position="earliest")
     assert (early["ack_cursor"], early["backlog"]) == (0, 3)
     listed = client.get(SUBS).json
