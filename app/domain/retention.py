@@ -167,9 +167,15 @@ class Retention:
             walked = _fill(store.walk_resolved(conn, max(cursor, self._walked), cutoff, batch),
                            batch)
             pending = _fill(store.read_pending(conn, batch), batch)
-            gone = store.expire_transactions(
-                conn, [r.id for r in walked.rows] + [r.txn_id for r in pending.rows], cutoff,
-                now)
+            ids = [r.id for r in walked.rows] + [r.txn_id for r in pending.rows]
+            store.remember_forgotten(conn, ids, cutoff, now)
+        # the keys kept are committed before their transactions go (``remember_forgotten``)
+        with write_transaction(self.engine) as conn:
+            commit_without_flush(conn)
+            cursor = store.lock_cursor(conn)
+            if cursor is None:
+                return {}, False
+            gone = store.expire_transactions(conn, ids, cutoff)
             store.forget_pending(conn, [r.id for r in pending.rows])
             if walked.rows:
                 self._walked = (walked.rows[-1].resolved_at, walked.rows[-1].id)

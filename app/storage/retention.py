@@ -206,12 +206,35 @@ class Deleted(NamedTuple):
     check_records: int
 
 
-def expire_transactions(conn: Connection, txn_ids: Sequence[int], cutoff: datetime,
-                        now: datetime | None = None) -> Deleted:
+def remember_forgotten(conn: Connection, txn_ids: Sequence[int], cutoff: datetime,
+                       now: datetime | None = None) -> None:
+    """Keep the keys of those of ``txn_ids`` resolved before ``cutoff`` in
+    ``forgotten_txn`` (forgotten at ``now``), so that a send never uses one again.
+
+    In a transaction committed before the one that deletes them (``expire_transactions``):
+    a send sees either the transaction's row (a retry, answered as one) or, once its row
+    is gone, the key kept here. Kept in the same transaction as the delete, a send whose
+    statement began before that commit would see neither, and store a new transaction
+    under the old id. A key kept for a transaction that is not deleted after all (a log
+    row still refers to it) changes nothing: its row answers first."""
+    if not txn_ids:
+        return
+    keys = conn.execute(
+        select(txn.c.producer_group, txn.c.transaction_id)
+        .where(among(conn, txn.c.id, sorted(set(txn_ids))), txn.c.state.in_(_RESOLVED),
+               txn.c.resolved_at < cutoff)).all()
+    if keys:
+        forgotten_at = now or datetime.now(UTC)
+        conn.execute(dialect_insert(conn, forgotten_txn).on_conflict_do_nothing(), [
+            {"producer_group": g, "transaction_id": x, "forgotten_at": forgotten_at}
+            for g, x in keys])
+
+
+def expire_transactions(conn: Connection, txn_ids: Sequence[int], cutoff: datetime
+                        ) -> Deleted:
     """Delete those of ``txn_ids`` that were resolved before ``cutoff`` and no committed
     log row (of any topic, the discard topic included) still refers to, with their half
-    messages, op and check records; their keys are kept in ``forgotten_txn`` (forgotten
-    at ``now``), so that a send never uses one again.
+    messages, op and check records. Their keys were kept before (``remember_forgotten``).
 
     A resolved transaction never changes state again, so it never gains a committed log
     row: once none refers to it, none will."""
@@ -231,14 +254,7 @@ def expire_transactions(conn: Connection, txn_ids: Sequence[int], cutoff: dateti
     # and this one waits for a check being recorded under one of these rows (which
     # updates the row, then inserts its check record), whose record the DELETE below
     # then sees; a check recorded after it finds the row gone and writes nothing
-    keys = conn.execute(delete(txn).where(among(conn, txn.c.id, gone))
-                        .returning(txn.c.producer_group, txn.c.transaction_id)).all()
-    if keys:
-        forgotten_at = now or datetime.now(UTC)
-        conn.execute(dialect_insert(conn, forgotten_txn).on_conflict_do_nothing(), [
-            {"producer_group": g, "transaction_id": x, "forgotten_at": forgotten_at}
-            for g, x in keys])
-    txns = len(keys)
+    txns = conn.execute(delete(txn).where(among(conn, txn.c.id, gone))).rowcount
     checks = conn.execute(delete(check_log).where(among(conn, check_log.c.txn_id, gone))).rowcount
     ops = conn.execute(delete(op_log).where(among(conn, op_log.c.txn_id, gone))).rowcount
     messages = conn.execute(delete(half_message)

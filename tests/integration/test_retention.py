@@ -129,6 +129,42 @@ def test_a_forgotten_transactions_id_is_refused_for_good(client, app) -> None:  
     assert send(client, group="other-svc", **body).status_code == 201
 
 
+def test_the_forgotten_keys_are_committed_before_their_transactions_go(client, app) -> None:  # type: ignore[no-untyped-def]
+    """A send's statement sees the transaction's row or, once it is gone, its kept key: the
+    keys' transaction commits before the one that deletes the rows (kept in the same one,
+    a send that began before that commit saw neither and stored the id anew)."""
+    from sqlalchemy import event
+
+    register(client)
+    assert send(client, transaction_id="order-1", topic="orders", body="x").status_code == 201
+    assert finish(client, "order-1", "commit").status_code == 200
+    backdate(engine_of(app), hours=2)
+    engine = engine_of(app)
+    events: list[str] = []
+
+    def statement(conn, cursor, sql, *args) -> None:  # type: ignore[no-untyped-def]
+        head = " ".join(sql.split()[:3]).upper()
+        if head.startswith("INSERT INTO FORGOTTEN_TXN"):
+            events.append("keep")
+        elif head.startswith("DELETE FROM TXN"):
+            events.append("delete")
+        elif head.startswith("COMMIT"):
+            events.append("commit")
+
+    def committed(conn) -> None:  # type: ignore[no-untyped-def]
+        events.append("commit")
+
+    event.listen(engine, "before_cursor_execute", statement)
+    event.listen(engine, "commit", committed)
+    try:
+        assert retention(app).run()["transactions"] == 1
+    finally:
+        event.remove(engine, "before_cursor_execute", statement)
+        event.remove(engine, "commit", committed)
+    keep, delete = events.index("keep"), events.index("delete")
+    assert keep < delete and "commit" in events[keep:delete], events
+
+
 def test_a_topic_expired_whole_reads_empty_from_its_next_offset(client, app) -> None:  # type: ignore[no-untyped-def]
     register(client)
     for _ in range(20):  # more than one batch (7 rows)
