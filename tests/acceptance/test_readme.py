@@ -1,6 +1,6 @@
 """The documentation's examples run as written against a real `txmsg serve`: the Python
-blocks of the README and of every page under docs/, and the README's five-minute tour
-(its shell blocks, in order, with curl and the admin CLI)."""
+blocks of the README and of every page under docs/, and the five-minute tour of
+docs/tour.md (its shell blocks, in order, with curl and the admin CLI)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from tests.acceptance.conftest import TXMSG, clean_env
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
+TOUR = ROOT / "docs" / "tour.md"
 PAGES = [README, *sorted((ROOT / "docs").glob("*.md"))]
 
 
@@ -25,14 +26,22 @@ def python_blocks() -> list[tuple[Path, str]]:
 
 
 def tour_blocks() -> list[str]:
-    tour = README.read_text().split("\n## A five-minute tour\n", 1)[1].split("\n## ", 1)[0]
-    return blocks(tour, "sh")
+    return blocks(TOUR.read_text(), "sh")
 
 
 def test_the_docs_have_python_examples() -> None:
     found = python_blocks()
     assert [p.name for p, b in found if "send_in_transaction(" in b] == ["sdk.md"]
     assert len(tour_blocks()) == 4
+    assert "](docs/tour.md)" in README.read_text()  # the README leads to the tour
+
+
+def test_the_tour_waits_for_a_bounded_time() -> None:
+    """A loop of the tour that waits for the service ends by itself: `for ... in $(seq N)`,
+    never `until` or `while` without a bound."""
+    script = "\n".join(tour_blocks())
+    assert not re.search(r"^\s*(until|while)\b", script, flags=re.MULTILINE)
+    assert re.search(r"^for \w+ in \$\(seq \d+\); do", script, flags=re.MULTILINE)
 
 
 def test_python_examples_run(serve_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

@@ -151,10 +151,17 @@ def test_the_api_runs_with_access_control_from_a_required_admin_token(
 
 def test_the_ha_profile_follows_patroni_behind_haproxy(
         ha_services: dict[str, dict[str, Any]]) -> None:
-    assert set(ha_services) == {"etcd", "pg0", "pg1", "ha-migrate", "api1", "api2", "haproxy"}
+    members = ("etcd0", "etcd1", "etcd2")
+    assert set(ha_services) == {*members, "pg0", "pg1", "ha-migrate", "api1", "api2", "haproxy"}
+    for member in members:  # one etcd cluster of three: it keeps a quorum when one is lost
+        command = ha_services[member]["command"]
+        cluster = command[command.index("--initial-cluster") + 1]
+        assert cluster == ",".join(f"{m}=http://{m}:2380" for m in members)
+        assert command[command.index("--name") + 1] == member
     for node in ("pg0", "pg1"):
         env = ha_services[node]["environment"]
-        assert env["PATRONI_NAME"] == node and env["PATRONI_ETCD3_HOSTS"] == "etcd:2379"
+        assert env["PATRONI_NAME"] == node
+        assert env["PATRONI_ETCD3_HOSTS"] == "etcd0:2379,etcd1:2379,etcd2:2379"
         assert ha_services[node]["build"] == "./deploy/patroni"
     for name in ("ha-migrate", "api1", "api2"):
         env = ha_services[name]["environment"]

@@ -46,7 +46,8 @@ def test_promtool_accepts_the_prometheus_configuration(tmp_path: Path) -> None:
 
 
 def test_the_alerts_fire_on_the_series_they_are_for() -> None:
-    """alerts.test.yml: stuck transactions, discards and the 5xx rate, firing and not."""
+    """alerts.test.yml: stuck transactions, discards, the 5xx rate and dead letters,
+    firing and not."""
     result = promtool("test", "rules", "alerts.test.yml")
     assert result.returncode == 0, result.stdout + result.stderr
 
@@ -67,6 +68,7 @@ def test_the_rules_cover_what_on_call_is_paged_for() -> None:
         "TxmsgTransactionsDiscarded": "txmsg_discard_messages_total",
         "TxmsgHigh5xxRate": 'status=~"5.."',
         "TxmsgSubscriptionBacklogGrowing": "txmsg_subscription_backlog",
+        "TxmsgDeadLettersGrowing": "txmsg_dead_letter_messages_total",
     }
     for alert, needle in expected.items():
         assert needle in by_name[alert], alert
