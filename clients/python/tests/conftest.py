@@ -86,6 +86,16 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
 
 
 @pytest.fixture
+def producer(service: Service) -> Iterator[Any]:
+    """A producer group of this test's own on the shared service, registered."""
+    from txmsg_client import Producer
+
+    with Producer(service.url, f"g-{uuid.uuid4().hex[:8]}") as made:
+        made.register(["http://127.0.0.1:9/check"])
+        yield made
+
+
+@pytest.fixture
 def topic() -> str:
     """A topic of this test's own on the shared service."""
     return f"t-{uuid.uuid4().hex[:12]}"

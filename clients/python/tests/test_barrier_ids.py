@@ -42,13 +42,6 @@ def barrier(engine: Any) -> Barrier:
     return made
 
 
-@pytest.fixture
-def producer(service: Service) -> Any:
-    with Producer(service.url, f"g-{uuid.uuid4().hex[:8]}") as made:
-        made.register(["http://127.0.0.1:9/check"])
-        yield made
-
-
 def txid() -> str:
     return f"order-{uuid.uuid4().hex[:10]}"
 

@@ -11,7 +11,6 @@ import requests
 
 sqlalchemy = pytest.importorskip("sqlalchemy")
 
-from conftest import Service
 from sqlalchemy import Column, Integer, MetaData, String, Table, func, select
 from txmsg_client import Producer, Resolution, message
 from txmsg_client.barrier import Barrier, RolledBackByCheck
@@ -28,13 +27,6 @@ def barrier(engine: Any) -> Barrier:
     made.create_table()
     metadata.create_all(engine)
     return made
-
-
-@pytest.fixture
-def producer(service: Service) -> Any:
-    with Producer(service.url, f"g-{uuid.uuid4().hex[:8]}") as made:
-        made.register(["http://127.0.0.1:9/check"])
-        yield made
 
 
 def order_count(barrier: Barrier) -> int:
