@@ -1,0 +1,170 @@
+"""The check endpoints on real sockets (127.0.0.1): ``checker_app`` under werkzeug's
+threaded server, ``asgi_checker_app`` under uvicorn, and ``CheckerServer``. What a request
+may cost before its signature is known, and ``CheckerServer``'s bounded pool."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import select
+import socket
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager, suppress
+from typing import Any
+
+import pytest
+import requests
+from conftest import wait_until
+from test_callback import CHECK, SECRET, Ledger, signed
+from txmsg_client.callback import CheckerServer, checker_app
+from werkzeug.serving import make_server
+
+uvicorn = pytest.importorskip("uvicorn")
+from txmsg_client.aio import asgi_checker_app  # noqa: E402 - needs the [aio] extra
+
+MiB = 1024 * 1024
+Address = tuple[str, int]
+Serving = Callable[[Ledger, str | None], AbstractContextManager[Address]]
+
+
+@contextmanager
+def wsgi(checker: Ledger, secret: str | None) -> Iterator[Address]:
+    server = make_server("127.0.0.1", 0, checker_app(checker, secret), threaded=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield "127.0.0.1", server.server_port
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(10)
+
+
+@contextmanager
+def asgi(checker: Ledger, secret: str | None) -> Iterator[Address]:
+    listening = socket.socket()
+    listening.bind(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn.Config(asgi_checker_app(checker, secret), http="h11",
+                                           lifespan="off", log_level="warning"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [listening]}, daemon=True)
+    thread.start()
+    try:
+        wait_until(lambda: server.started, timeout=30, what="uvicorn to start")
+        yield listening.getsockname()
+    finally:
+        server.should_exit = True
+        thread.join(10)
+        listening.close()
+
+
+@contextmanager
+def pooled(checker: Ledger, secret: str | None) -> Iterator[Address]:
+    with CheckerServer(checker, signing_secret=secret) as server:
+        yield server._server.server_address[:2]
+
+
+SERVERS: dict[str, Serving] = {"wsgi": wsgi, "asgi": asgi, "CheckerServer": pooled}
+serving = pytest.mark.parametrize("serve", SERVERS.values(), ids=SERVERS.keys())
+
+
+def post_unfinished(address: Address, headers: dict[str, str], declared: int,
+                    body: bytes) -> tuple[int, dict[str, Any], int]:
+    """POST a check whose head declares ``declared`` body bytes, then trickle in at most
+    the first 256 KiB of ``body`` (16 KiB every 50 ms) and never the rest: the answer
+    (status, JSON) and how much of the body was sent by then. No answer within 30 s (the
+    server waits for the body) fails the test."""
+    assert declared > 256 * 1024
+    head = "".join(f"{name}: {value}\r\n" for name, value in {
+        "Host": "127.0.0.1", "Content-Type": "application/json",
+        "Content-Length": str(declared), **headers}.items())
+    with socket.create_connection(address, timeout=30) as conn:
+        conn.sendall(f"POST /check HTTP/1.1\r\n{head}\r\n".encode())
+        sent = 0
+        while sent < 256 * 1024 and not select.select([conn], [], [], 0.05)[0]:
+            conn.sendall(body[sent:sent + 16 * 1024])
+            sent += 16 * 1024
+        if not select.select([conn], [], [], 30)[0]:
+            pytest.fail(f"no answer within 30 s of sending {sent} of {declared} bytes")
+        answer = http.client.HTTPResponse(conn)
+        answer.begin()
+        return answer.status, json.loads(answer.read()), sent
+
+
+def padded(size: int) -> bytes:
+    """CHECK as JSON of exactly ``size`` bytes."""
+    body = json.dumps(CHECK).encode()
+    return body + b" " * (size - len(body))
+
+
+@serving
+def test_an_unsigned_check_is_refused_before_its_body(serve: Serving) -> None:
+    ledger = Ledger()
+    with serve(ledger, SECRET) as address:
+        status, problem, sent = post_unfinished(address, {}, 64 * MiB, padded(64 * MiB))
+    assert (status, problem["code"]) == (401, "invalid_signature")
+    assert sent <= 256 * 1024 and ledger.seen == []
+
+
+@serving
+def test_a_signed_check_over_1_mib_is_refused_before_its_body(serve: Serving) -> None:
+    ledger = Ledger()
+    body = padded(MiB + 1)
+    with serve(ledger, SECRET) as address:
+        status, problem, _ = post_unfinished(address, signed(body, SECRET), len(body), body)
+    assert (status, problem["code"]) == (413, "payload_too_large")
+    assert ledger.seen == []
+
+
+@serving
+def test_a_signed_check_of_1_mib_is_answered_and_a_longer_stream_refused(
+        serve: Serving) -> None:
+    ledger = Ledger()
+    body = padded(MiB)
+    longer = padded(MiB + 1)
+
+    def chunked() -> Iterator[bytes]:  # no Content-Length: the bounded read refuses it
+        for at in range(0, len(longer), 64 * 1024):
+            yield longer[at:at + 64 * 1024]
+
+    with serve(ledger, SECRET) as (host, port):
+        url = f"http://{host}:{port}/check"
+        r = requests.post(url, data=body, headers=signed(body, SECRET), timeout=30)
+        assert r.status_code == 200 and r.json() == {"resolution": "COMMIT"}
+        r = requests.post(url, data=chunked(), headers=signed(longer, SECRET), timeout=30)
+        assert r.status_code == 413 and r.json()["code"] == "payload_too_large"
+    assert ledger.seen == [CHECK]
+
+
+def test_checker_server_serves_from_a_bounded_pool_with_read_timeouts() -> None:
+    """More silent connections than workers (some sent nothing, some half a head): the
+    threads stay the pool, each silent connection is closed after the read timeout, and a
+    signed check sent after them is answered."""
+    before = threading.active_count()
+    body = json.dumps(CHECK).encode()
+    with CheckerServer(Ledger(), signing_secret=SECRET, workers=3, read_timeout=1.0) as server:
+        pool = threading.active_count()
+        assert sum(t.name.startswith("txmsg-checker-callback")
+                   for t in threading.enumerate()) == 3
+        silent = [socket.create_connection(server._server.server_address[:2], timeout=30)
+                  for _ in range(12)]
+        try:
+            for conn in silent[::2]:
+                conn.sendall(b"POST /check HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+            r = requests.post(server.url, data=body, headers=signed(body, SECRET), timeout=30)
+            assert r.status_code == 200 and r.json() == {"resolution": "COMMIT"}
+            assert threading.active_count() <= pool  # every silent one was accepted by now
+            for conn in silent:  # closed by the server: end of stream (or a reset)
+                with suppress(ConnectionResetError):
+                    assert conn.recv(1024) == b""
+        finally:
+            for conn in silent:
+                conn.close()
+    wait_until(lambda: threading.active_count() <= before, timeout=10,
+               what="the pool's threads to end")
+
+
+def test_checker_server_checks_its_settings() -> None:
+    for settings in ({"workers": 0}, {"read_timeout": 0}):
+        with pytest.raises(ValueError):
+            CheckerServer(Ledger(), **settings)  # type: ignore[arg-type]
