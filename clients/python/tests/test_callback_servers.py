@@ -21,7 +21,7 @@ from txmsg_client.callback import CheckerServer, checker_app
 from werkzeug.serving import make_server
 
 uvicorn = pytest.importorskip("uvicorn")
-from txmsg_client.aio import asgi_checker_app  # noqa: E402 - needs the [aio] extra
+from txmsg_client.aio import asgi_checker_app
 
 MiB = 1024 * 1024
 Address = tuple[str, int]
@@ -136,32 +136,47 @@ def test_a_signed_check_of_1_mib_is_answered_and_a_longer_stream_refused(
     assert ledger.seen == [CHECK]
 
 
-def test_checker_server_serves_from_a_bounded_pool_with_read_timeouts() -> None:
-    """More silent connections than workers (some sent nothing, some half a head): the
-    threads stay the pool, each silent connection is closed after the read timeout, and a
-    signed check sent after them is answered."""
+def read_to_end(conn: socket.socket) -> bytes:
+    """What the server sends before closing the connection (30 s at most per read)."""
+    got = b""
+    with suppress(ConnectionResetError):
+        while chunk := conn.recv(65536):
+            got += chunk
+    return got
+
+
+def test_checker_server_bounds_its_threads_and_times_out_silent_connections() -> None:
+    """Many more silent connections than workers: some sent nothing, some half a head,
+    some a whole signed head but not its body. The threads stay the acceptor and the pool,
+    a signed check sent after them is answered, and each silent connection is closed once
+    its read timeout passes (the stalled bodies answered 400)."""
     before = threading.active_count()
     body = json.dumps(CHECK).encode()
-    with CheckerServer(Ledger(), signing_secret=SECRET, workers=3, read_timeout=1.0) as server:
+    whole_head = "".join(f"{name}: {value}\r\n" for name, value in {
+        "Host": "127.0.0.1", "Content-Length": str(len(body)), **signed(body, SECRET)}.items())
+    with CheckerServer(Ledger(), signing_secret=SECRET, workers=2, read_timeout=1.0) as server:
         pool = threading.active_count()
         assert sum(t.name.startswith("txmsg-checker-callback")
-                   for t in threading.enumerate()) == 3
-        silent = [socket.create_connection(server._server.server_address[:2], timeout=30)
-                  for _ in range(12)]
+                   for t in threading.enumerate()) == 1 + 2
+        address = server._server.server_address[:2]
+        silent = [socket.create_connection(address, timeout=30) for _ in range(30)]
         try:
-            for conn in silent[::2]:
+            for conn in silent[10:20]:
                 conn.sendall(b"POST /check HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+            for conn in silent[20:26]:  # three times the pool: workers wait for these bodies
+                conn.sendall(f"POST /check HTTP/1.1\r\n{whole_head}\r\n".encode())
             r = requests.post(server.url, data=body, headers=signed(body, SECRET), timeout=30)
             assert r.status_code == 200 and r.json() == {"resolution": "COMMIT"}
-            assert threading.active_count() <= pool  # every silent one was accepted by now
-            for conn in silent:  # closed by the server: end of stream (or a reset)
-                with suppress(ConnectionResetError):
-                    assert conn.recv(1024) == b""
+            assert threading.active_count() <= pool
+            sent = [read_to_end(conn) for conn in silent]
+            assert threading.active_count() <= pool
         finally:
             for conn in silent:
                 conn.close()
+    assert sent[:20] + sent[26:] == [b""] * 24
+    assert all(answer.startswith(b"HTTP/1.1 400 ") for answer in sent[20:26]), sent[20:26]
     wait_until(lambda: threading.active_count() <= before, timeout=10,
-               what="the pool's threads to end")
+               what="the server's threads to end")
 
 
 def test_checker_server_checks_its_settings() -> None:

@@ -12,16 +12,11 @@ answers 401 and the checker is not asked. Without a secret, nothing is verified.
 
 from __future__ import annotations
 
-import io
 import logging
-import socket
-import threading
-import time
 from typing import Any, Self
 
 try:
-    from werkzeug.exceptions import RequestEntityTooLarge
-    from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler
+    from werkzeug.exceptions import ClientDisconnected, RequestEntityTooLarge
     from werkzeug.wrappers import Request, Response
 
     from txmsg_client._checks import (
@@ -33,9 +28,11 @@ try:
         admission,
         answer,
         checker_failed,
+        problem,
         read_check,
         too_large,
     )
+    from txmsg_client._serving import PooledWSGIServer
 except ImportError as exc:
     raise ImportError("txmsg_client.callback needs werkzeug and standardwebhooks: "
                       "pip install 'txmsg-client[callback]'") from exc
@@ -43,7 +40,6 @@ except ImportError as exc:
 from txmsg_client.resolution import TransactionChecker
 
 log = logging.getLogger(__name__)
-_POLL_SECONDS = 0.25
 
 __all__ = ["SIGNATURE_HEADERS", "CheckerApp", "CheckerServer", "SigningSecrets", "checker_app"]
 
@@ -88,6 +84,9 @@ class CheckerApp:
             body = request.get_data()
         except RequestEntityTooLarge:
             body = None
+        except ClientDisconnected:  # gone, or its body did not arrive within a read timeout
+            return _response(problem(400, "incomplete_body",
+                                     "the check's body did not arrive in full"))
         if body is None or len(body) > self.max_body_bytes:
             return _response(too_large(self.max_body_bytes))
         check = read_check(body, headers, request.remote_addr, self._verifier)
@@ -109,104 +108,18 @@ def _response(done: Answer) -> Response:
     status, content_type, body = done
     return Response(body, status=status, content_type=content_type)
 
-class _Handler(WSGIRequestHandler):
-    """One connection of a ``CheckerServer``: its request, head and body, must arrive
-    within the server's ``read_timeout`` of its acceptance, else it is closed (a silent,
-    half-open or trickling client frees its worker)."""
-
-    server: _PooledServer
-
-    def setup(self) -> None:
-        super().setup()
-        self.rfile.close()  # the plain reader: its socket's reads had no deadline
-        deadline = time.monotonic() + self.server.read_timeout
-        self.rfile = io.BufferedReader(_DeadlineReader(self.connection, deadline,
-                                                       self.server.read_timeout))
-
-    def log_request(self, *args: Any, **kwargs: Any) -> None:
-        pass  # one access-log line per check is noise in the producer's logs
-
-
-class _DeadlineReader(io.RawIOBase):
-    """A socket's reads, each waiting at most until ``deadline``; writes keep waiting at
-    most ``write_timeout`` each."""
-
-    def __init__(self, sock: socket.socket, deadline: float, write_timeout: float) -> None:
-        self._sock = sock
-        self._deadline = deadline
-        self._write_timeout = write_timeout
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: Any) -> int:
-        left = self._deadline - time.monotonic()
-        if left <= 0:
-            raise TimeoutError("the request did not arrive within the read timeout")
-        self._sock.settimeout(left)
-        try:
-            return self._sock.recv_into(buffer)
-        finally:
-            self._sock.settimeout(self._write_timeout)
-
-
-class _PooledServer(BaseWSGIServer):
-    """werkzeug's server with a fixed pool of ``workers`` threads, each accepting and
-    serving one connection at a time: connections past the pool wait in the listen
-    backlog (its threads do not grow with them)."""
-
-    multithread = True
-
-    def __init__(self, host: str, port: int, app: CheckerApp, *, workers: int,
-                 read_timeout: float) -> None:
-        if workers < 1 or read_timeout <= 0:
-            raise ValueError("a CheckerServer needs at least one worker and a read timeout")
-        super().__init__(host, port, app, handler=_Handler)
-        self.read_timeout = read_timeout
-        self.socket.settimeout(_POLL_SECONDS)  # how soon an idle worker sees close()
-        self._closing = threading.Event()
-        self._workers = [threading.Thread(target=self._work, name=f"txmsg-checker-callback-{n}",
-                                          daemon=True) for n in range(workers)]
-        for worker in self._workers:
-            worker.start()
-
-    def _work(self) -> None:
-        while not self._closing.is_set():
-            try:
-                connection, peer = self.socket.accept()
-            except TimeoutError:
-                continue
-            except OSError as exc:  # out of file descriptors, say: try again shortly
-                if not self._closing.wait(_POLL_SECONDS):
-                    log.warning("the check callback cannot accept a connection: %s", exc)
-                continue
-            connection.settimeout(self.read_timeout)
-            try:
-                self.finish_request(connection, peer)
-            except Exception:  # noqa: BLE001 - logged by werkzeug; the worker goes on
-                self.handle_error(connection, peer)
-            finally:
-                self.shutdown_request(connection)
-
-    def close(self, timeout: float) -> None:
-        """Stop accepting; wait up to ``timeout`` seconds for the checks being answered."""
-        self._closing.set()
-        deadline = time.monotonic() + timeout
-        for worker in self._workers:
-            worker.join(max(0.0, deadline - time.monotonic()))
-        self.server_close()
-
 
 class CheckerServer:
-    """``checker_app`` on a real socket, served by a fixed pool of ``workers`` threads
-    (``url`` to register).
+    """``checker_app`` on a real socket (``url`` to register), served by one thread that
+    accepts connections and a fixed pool of ``workers`` threads that answer them.
 
-    A connection must send its request, head and body, within ``read_timeout`` seconds,
-    else it is closed: silent or half-open connections tie up a worker that long at most,
-    and connections past the pool wait in the listen backlog. ``signing_secret`` may be
-    given here or set once known (the registration returns it); ``max_body_bytes`` (1 MiB)
-    bounds a check's body (raise it, and ``read_timeout`` with it, for transactions
-    carrying more).
+    A connection must send its request's head within ``read_timeout`` seconds of its
+    acceptance, and its body within as long again once a worker takes it, else it is
+    closed; waiting for a head costs no worker, so silent or half-open connections do not
+    hold checks back (``txmsg_client._serving``).
+    ``signing_secret`` may be given here or set once known (the registration returns it);
+    ``max_body_bytes`` (1 MiB) bounds a check's body (raise it, and ``read_timeout`` with
+    it, for transactions carrying more).
     """
 
     def __init__(self, checker: TransactionChecker, host: str = "127.0.0.1", port: int = 0,
@@ -214,8 +127,9 @@ class CheckerServer:
                  workers: int = 8, read_timeout: float = 5.0,
                  max_body_bytes: int = MAX_CHECK_BYTES) -> None:
         self.app = checker_app(checker, signing_secret, max_body_bytes=max_body_bytes)
-        self._server = _PooledServer(host, port, self.app, workers=workers,
-                                     read_timeout=read_timeout)
+        self._server = PooledWSGIServer(host, port, self.app, workers=workers,
+                                        read_timeout=read_timeout,
+                                        name="txmsg-checker-callback")
         self.url = f"http://{host}:{self._server.server_port}{path}"
 
     @property
