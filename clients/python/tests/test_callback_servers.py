@@ -17,6 +17,7 @@ import pytest
 import requests
 from conftest import wait_until
 from test_callback import CHECK, SECRET, Ledger, signed
+from txmsg_client import _serving
 from txmsg_client.callback import CheckerServer, checker_app
 from werkzeug.serving import make_server
 
@@ -177,6 +178,56 @@ def test_checker_server_bounds_its_threads_and_times_out_silent_connections() ->
     assert all(answer.startswith(b"HTTP/1.1 400 ") for answer in sent[20:26]), sent[20:26]
     wait_until(lambda: threading.active_count() <= before, timeout=10,
                what="the server's threads to end")
+
+
+def test_checker_server_closes_the_oldest_waiting_connection_for_a_new_one() -> None:
+    with CheckerServer(Ledger(), workers=1, read_timeout=120) as server:
+        address = server._server.server_address[:2]
+        silent = [socket.create_connection(address, timeout=30)
+                  for _ in range(_serving.MAX_WAITING + 10)]
+        try:
+            r = requests.post(server.url, json=CHECK, timeout=30)
+            assert r.status_code == 200 and r.json() == {"resolution": "COMMIT"}
+            # the first ten made room for the last ten (long before their read timeout)
+            assert [read_to_end(conn) for conn in silent[:10]] == [b""] * 10
+        finally:
+            for conn in silent:
+                conn.close()
+
+
+def test_checker_server_answers_503_past_its_queue() -> None:
+    """One worker busy with a slow check, more checks than its queue holds: the ones past
+    it are answered 503 at once (the service asks again later), the others once the
+    worker is free."""
+    release = threading.Event()
+
+    class Slow:
+        def check(self, transaction: dict[str, Any]) -> str:
+            release.wait(30)
+            return "COMMIT"
+
+    request = (b"POST /check HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json"
+               b"\r\nContent-Length: 2\r\n\r\n{}")
+    with CheckerServer(Slow(), workers=1, read_timeout=60) as server:
+        address = server._server.server_address[:2]
+        checks = [socket.create_connection(address, timeout=30)
+                  for _ in range(_serving.QUEUED_PER_WORKER + 2)]
+        try:
+            for conn in checks:
+                conn.sendall(request)
+            early = select.select(checks, [], [], 30)[0]  # while the checker waits
+            refused = [read_to_end(conn) for conn in early]
+            release.set()
+            statuses = [a[:12] for a in refused + [read_to_end(c) for c in checks if c not in early]]
+        finally:
+            release.set()
+            for conn in checks:
+                conn.close()
+    assert refused and all(answer.startswith(b"HTTP/1.1 503 ") for answer in refused)
+    # the worker took the first before the last came, or not yet: one or two refused
+    queued = _serving.QUEUED_PER_WORKER
+    assert sorted(statuses) in ([b"HTTP/1.1 200"] * n + [b"HTTP/1.1 503"] * (queued + 2 - n)
+                                for n in (queued, queued + 1))
 
 
 def test_checker_server_checks_its_settings() -> None:
