@@ -1,5 +1,7 @@
-"""What a check callback endpoint does whatever serves it (``callback``'s WSGI app,
-``aio``'s ASGI app): verify the Standard Webhooks signature, read the body, answer."""
+"""What a check callback endpoint does whatever serves it (``callback``'s WSGI app and
+``CheckerServer``, ``aio``'s ASGI app): admit the request from its head, read its body
+(bounded), verify the Standard Webhooks signature, answer. Sans I/O: each server reads and
+writes; the decisions are here, once."""
 
 from __future__ import annotations
 
@@ -17,9 +19,10 @@ log = logging.getLogger("txmsg_client.callback")
 SIGNATURE_HEADERS = ("webhook-id", "webhook-timestamp", "webhook-signature")
 SigningSecrets = str | Iterable[str] | None
 Answer = tuple[int, str, bytes]  # status, content type, body
-# A check carries its transaction's messages with their bodies: the service's largest
-# send (TXMSG_MAX_CONTENT_LENGTH), base64 at worst; a body past this is not a check.
-MAX_CHECK_BYTES = 64 * 1024 * 1024
+# The contract's limit for every request but a send. A check carries its transaction's
+# messages with their bodies: a producer whose transactions carry more raises
+# ``max_body_bytes`` (else their checks answer 413 and count as unanswered).
+MAX_CHECK_BYTES = 1024 * 1024
 
 
 class Verifier:
@@ -48,11 +51,28 @@ class Verifier:
         return f"the check's signature does not verify: {reason}"
 
 
-def read_check(method: str, body: bytes, headers: Mapping[str, str], peer: object,
-               verifier: Verifier) -> dict[str, Any] | Answer:
-    """The check's transaction, or the refusal to answer with."""
+def admission(method: str, headers: Mapping[str, str], verifier: Verifier, limit: int,
+              peer: object) -> Answer | None:
+    """The refusal to answer a check request from its head alone (``headers`` named in
+    lower case), its body unread; None: go on and read at most ``limit`` bytes of it.
+    With a secret, a request without the signature headers is refused before it costs
+    more than its head, and so is a body declared longer than ``limit``."""
     if method != "POST":
         return problem(405, "method_not_allowed", "the check callback takes POST")
+    if verifier.webhooks and not all(name in headers for name in SIGNATURE_HEADERS):
+        log.warning("refused a check callback (no signature headers) from %s", peer)
+        return problem(401, "invalid_signature",
+                       "the check's signature does not verify: no signature headers")
+    try:
+        declared = int(headers.get("content-length", ""))
+    except ValueError:  # none (chunked) or unreadable: the bounded read decides
+        return None
+    return too_large(limit) if declared > limit else None
+
+
+def read_check(body: bytes, headers: Mapping[str, str], peer: object,
+               verifier: Verifier) -> dict[str, Any] | Answer:
+    """The check's transaction, or the refusal to answer with (after ``admission``)."""
     refused = verifier.refusal(body, headers, peer)
     if refused is not None:
         return problem(401, "invalid_signature", refused)

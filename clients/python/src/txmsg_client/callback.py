@@ -13,12 +13,10 @@ answers 401 and the checker is not asked. Without a secret, nothing is verified.
 from __future__ import annotations
 
 import logging
-import threading
 from typing import Any, Self
 
 try:
-    from werkzeug.exceptions import RequestEntityTooLarge
-    from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
+    from werkzeug.exceptions import ClientDisconnected, RequestEntityTooLarge
     from werkzeug.wrappers import Request, Response
 
     from txmsg_client._checks import (
@@ -27,11 +25,14 @@ try:
         Answer,
         SigningSecrets,
         Verifier,
+        admission,
         answer,
         checker_failed,
+        problem,
         read_check,
         too_large,
     )
+    from txmsg_client._serving import PooledWSGIServer
 except ImportError as exc:
     raise ImportError("txmsg_client.callback needs werkzeug and standardwebhooks: "
                       "pip install 'txmsg-client[callback]'") from exc
@@ -72,12 +73,23 @@ class CheckerApp:
 
     def _answer(self, request: Request) -> Response:
         headers = {name.lower(): value for name, value in request.headers.items()}
-        request.max_content_length = self.max_body_bytes
+        refused = admission(request.method, headers, self._verifier, self.max_body_bytes,
+                            request.remote_addr)
+        if refused is not None:
+            return _response(refused)
+        # werkzeug cuts a streamed (chunked) body at the maximum without a word: one byte
+        # more tells a body past the limit from one at it
+        request.max_content_length = self.max_body_bytes + 1
         try:
             body = request.get_data()
         except RequestEntityTooLarge:
+            body = None
+        except ClientDisconnected:  # gone, or its body did not arrive within a read timeout
+            return _response(problem(400, "incomplete_body",
+                                     "the check's body did not arrive in full"))
+        if body is None or len(body) > self.max_body_bytes:
             return _response(too_large(self.max_body_bytes))
-        check = read_check(request.method, body, headers, request.remote_addr, self._verifier)
+        check = read_check(body, headers, request.remote_addr, self._verifier)
         if not isinstance(check, dict):
             return _response(check)
         try:
@@ -96,26 +108,29 @@ def _response(done: Answer) -> Response:
     status, content_type, body = done
     return Response(body, status=status, content_type=content_type)
 
-class _QuietHandler(WSGIRequestHandler):
-    def log_request(self, *args: Any, **kwargs: Any) -> None:
-        pass  # one access-log line per check is noise in the producer's logs
-
 
 class CheckerServer:
-    """``checker_app`` on a real socket in a background thread (``url`` to register).
+    """``checker_app`` on a real socket (``url`` to register), served by one thread that
+    accepts connections and a fixed pool of ``workers`` threads that answer them.
 
-    ``signing_secret`` may be given here or set once known (the registration returns it).
+    A connection must send its request's head within ``read_timeout`` seconds of its
+    acceptance, and its body within as long again once a worker takes it, else it is
+    closed; waiting for a head costs no worker, so silent or half-open connections do not
+    hold checks back (``txmsg_client._serving``).
+    ``signing_secret`` may be given here or set once known (the registration returns it);
+    ``max_body_bytes`` (1 MiB) bounds a check's body (raise it, and ``read_timeout`` with
+    it, for transactions carrying more).
     """
 
     def __init__(self, checker: TransactionChecker, host: str = "127.0.0.1", port: int = 0,
-                 path: str = "/check", signing_secret: SigningSecrets = None) -> None:
-        self.app = checker_app(checker, signing_secret)
-        self._server: BaseWSGIServer = make_server(host, port, self.app, threaded=True,
-                                                   request_handler=_QuietHandler)
+                 path: str = "/check", signing_secret: SigningSecrets = None, *,
+                 workers: int = 8, read_timeout: float = 5.0,
+                 max_body_bytes: int = MAX_CHECK_BYTES) -> None:
+        self.app = checker_app(checker, signing_secret, max_body_bytes=max_body_bytes)
+        self._server = PooledWSGIServer(host, port, self.app, workers=workers,
+                                        read_timeout=read_timeout,
+                                        name="txmsg-checker-callback")
         self.url = f"http://{host}:{self._server.server_port}{path}"
-        self._thread = threading.Thread(target=self._server.serve_forever,
-                                        name="txmsg-checker-callback", daemon=True)
-        self._thread.start()
 
     @property
     def signing_secret(self) -> tuple[str, ...]:
@@ -126,9 +141,7 @@ class CheckerServer:
         self.app.signing_secret = secrets
 
     def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=5)
+        self._server.close(timeout=5)
 
     def __enter__(self) -> Self:
         return self

@@ -13,6 +13,7 @@ from txmsg_client._checks import (
     Answer,
     SigningSecrets,
     Verifier,
+    admission,
     answer,
     checker_failed,
     read_check,
@@ -58,11 +59,7 @@ class AsgiCheckerApp:
             return
         if scope["type"] != "http":
             raise ValueError(f"the check callback serves HTTP, not {scope['type']}")
-        headers = {k.decode("latin-1").lower(): v.decode("latin-1")
-                   for k, v in scope.get("headers", [])}
-        body = await _read_body(receive, self.max_body_bytes)
-        check = (too_large(self.max_body_bytes) if body is None else
-                 read_check(scope["method"], body, headers, scope.get("client"), self._verifier))
+        check = await self._read(scope, receive)
         if isinstance(check, dict):
             check = await self._answer(check)
         status, content_type, payload = check
@@ -70,6 +67,20 @@ class AsgiCheckerApp:
                     "headers": [(b"content-type", content_type.encode()),
                                 (b"content-length", str(len(payload)).encode())]})
         await send({"type": "http.response.body", "body": payload})
+
+    async def _read(self, scope: Scope, receive: Receive) -> dict[str, Any] | Answer:
+        """The check's transaction, or the refusal to answer with: from the request's head
+        alone when it suffices (the body then never received)."""
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1")
+                   for k, v in scope.get("headers", [])}
+        peer = scope.get("client")
+        refused = admission(scope["method"], headers, self._verifier, self.max_body_bytes, peer)
+        if refused is not None:
+            return refused
+        body = await _read_body(receive, self.max_body_bytes)
+        if body is None:
+            return too_large(self.max_body_bytes)
+        return read_check(body, headers, peer, self._verifier)
 
     async def _answer(self, transaction: dict[str, Any]) -> Answer:
         try:
