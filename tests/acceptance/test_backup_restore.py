@@ -62,7 +62,8 @@ def runbook_section() -> str:
 
 def fenced(language: str) -> list[str]:
     """The section's fenced blocks in ``language``, in order."""
-    return re.findall(rf"^```{language}\n(.*?)^```$", runbook_section(), re.M | re.S)
+    return re.findall(rf"^```{language}\n(.*?)^```$", runbook_section(),
+                      re.MULTILINE | re.DOTALL)
 
 
 def commands(block: str) -> list[list[str]]:
@@ -169,12 +170,17 @@ class Producer:
         except BaseException as exc:  # noqa: BLE001 - reported by stop()
             self.error = exc
 
+    def last(self) -> Commit | None:
+        """The latest acknowledged commit (the producer's failure, if it failed)."""
+        if self.error is not None:
+            raise AssertionError(f"the producer failed: {self.error!r}") from self.error
+        return self.commits[-1] if self.commits else None
+
     def stop(self) -> list[Commit]:
         self.stopping.set()
         self.thread.join(timeout=60)
         assert not self.thread.is_alive(), "the producer did not stop"
-        if self.error is not None:
-            raise AssertionError(f"the producer failed: {self.error!r}") from self.error
+        self.last()
         return self.commits
 
 
@@ -249,15 +255,19 @@ def test_a_restore_to_a_point_in_time_serves_what_was_acknowledged_before_it(
                   json={"check_urls": [callback.url]})
         assert r.status_code == 200, r.text
 
-        producer = Producer(served)
+        producer = load = Producer(served)
         runbook.run(backup)  # the full backup, online, under load
         for i in range(HELD):
             send(s, served, f"held-before-{i}", i)
         late_sent_at = time.time()
         send(s, served, "late", 0)
-        wait_until(lambda: producer is not None and producer.commits
-                   and producer.commits[-1].acked_at > late_sent_at + MARGIN + 0.5,
-                   timeout=30, what="commits after the held transactions")
+
+        def acked_after(moment: float) -> bool:
+            last = load.last()
+            return last is not None and last.sent_at > moment
+
+        wait_until(lambda: acked_after(late_sent_at + MARGIN + 0.5), timeout=30,
+                   what="commits after the held transactions")
 
         target = target_time(url)
         wait_until(lambda: time.time() > target.timestamp() + MARGIN + 0.2, timeout=10,
@@ -265,10 +275,9 @@ def test_a_restore_to_a_point_in_time_serves_what_was_acknowledged_before_it(
         for i in range(HELD):
             send(s, served, f"held-after-{i}", i)
         late = commit(s, served, "late", late_sent_at)
-        wait_until(lambda: producer is not None
-                   and producer.commits[-1].sent_at > late.acked_at + 0.5,
-                   timeout=30, what="commits after T")
-        commits = producer.stop()
+        wait_until(lambda: acked_after(late.acked_at + 0.5), timeout=30,
+                   what="commits after T")
+        commits = load.stop()
         producer = None
         served.stop()
         served = None
@@ -336,8 +345,9 @@ def target_time(url: str) -> datetime:
 
 
 def assert_dense(url: str) -> None:
-    """Every topic holds each offset from its first retained one to below its next."""
-    engine = create_engine(url)
+    """Every topic holds each offset from its first retained one to below its next (read
+    in one snapshot: the check service may be committing transactions meanwhile)."""
+    engine = create_engine(url, isolation_level="REPEATABLE READ")
     try:
         with engine.connect() as conn:
             tops = conn.execute(text(
