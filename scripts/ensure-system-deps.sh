@@ -74,6 +74,17 @@ if ! command -v pgbouncer >/dev/null 2>&1 && [ ! -x /usr/sbin/pgbouncer ]; then
   fi
 fi
 
+# the backup test (tests/acceptance/test_backup_restore.py) runs the runbook's pgBackRest
+# procedure on a private cluster and a repository of its own; the package has no service
+if ! command -v pgbackrest >/dev/null 2>&1; then
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  echo "installing from Debian: pgbackrest"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends \
+    pgbackrest >/dev/null
+fi
+
 if [ "${TXMSG_SKIP_POSTGRES:-}" != "1" ] && command -v pg_isready >/dev/null 2>&1; then
   if ! pg_isready -q -h 127.0.0.1 -p 5432; then
     if command -v pg_ctlcluster >/dev/null 2>&1 && [ -d /etc/postgresql ]; then

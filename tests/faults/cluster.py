@@ -1,6 +1,7 @@
-"""A private PostgreSQL cluster for fault tests: ``initdb`` and ``pg_ctl`` run as the
+"""A private PostgreSQL cluster for fault tests (and the backup test,
+tests/acceptance/test_backup_restore.py): ``initdb`` and ``pg_ctl`` run as the
 ``postgres`` user (PostgreSQL refuses to run as root), with its data in a temporary
-directory and its own port on 127.0.0.1, so that a test may crash and restart it
+directory and its own port on 127.0.0.1, so that a test may crash, stop and restart it
 without touching the shared server.
 """
 
@@ -52,13 +53,17 @@ class PgCluster:
         self.data = root / "data"
         self.log = root / "postgresql.log"
         self.running = False
+        # added to the environment of its tools, and so of the server and its
+        # archive_command and restore_command
+        self.env: dict[str, str] = {}
 
     @classmethod
-    def create(cls) -> PgCluster:
+    def create(cls, prefix: str = "txmsg-faults-pg-", settings: str = "") -> PgCluster:
+        """initdb a cluster (not started); ``settings`` are more postgresql.conf lines."""
         bindir = find_bindir()
         assert bindir is not None, unavailable_reason()
         # not under pytest's tmp_path: its parents are private to root
-        root = Path(tempfile.mkdtemp(prefix="txmsg-faults-pg-"))
+        root = Path(tempfile.mkdtemp(prefix=prefix))
         cluster = cls(bindir, root, free_port())
         try:
             chown_to_postgres(root)
@@ -70,7 +75,7 @@ class PgCluster:
                            "listen_addresses = '127.0.0.1'\n"
                            f"unix_socket_directories = '{root}'\n"
                            "fsync = on\nsynchronous_commit = on\nfull_page_writes = on\n"
-                           "max_connections = 200\n")
+                           "max_connections = 200\n" + settings)
         except BaseException:
             shutil.rmtree(root, ignore_errors=True)
             raise
@@ -84,6 +89,11 @@ class PgCluster:
         self._pg("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-w", "-t", "120",
                  "start")
         self.running = True
+
+    def stop(self) -> None:
+        """``pg_ctl -m fast stop``: a clean shutdown, as ``systemctl stop`` does."""
+        self._pg("pg_ctl", "-D", str(self.data), "-m", "fast", "-w", "-t", "120", "stop")
+        self.running = False
 
     def crash(self) -> None:
         """``pg_ctl -m immediate stop``: every backend dies at once, nothing is flushed."""
@@ -115,14 +125,21 @@ class PgCluster:
         shutil.rmtree(self.root, ignore_errors=True)
 
     def _pg(self, tool: str, *args: str) -> None:
+        self.run(str(self.bindir / tool), *args)
+
+    def run(self, *command: str) -> str:
+        """Run a command as the ``postgres`` user with the cluster's environment; its
+        output, or an AssertionError with it and the server log's tail."""
+        tool, args = Path(command[0]).name, command[1:]
         started = time.monotonic()
-        done = subprocess.run(as_postgres(str(self.bindir / tool), *args),
+        done = subprocess.run(as_postgres(*command), env={**os.environ, **self.env},
                               check=False, capture_output=True, text=True, timeout=180)
         if done.returncode != 0:
             raise AssertionError(
                 f"{tool} {' '.join(args)} failed ({done.returncode}) after "
                 f"{time.monotonic() - started:.1f} s: {done.stdout}{done.stderr}\n"
                 f"server log:\n{self.log_tail()}")
+        return done.stdout
 
 
 def as_postgres(*command: str) -> list[str]:
