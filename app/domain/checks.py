@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
+import orjson
 from sqlalchemy import Connection, Engine
 from sqlalchemy import exc as sa_exc
 
@@ -37,6 +38,7 @@ from app import metrics
 from app.config import Settings
 from app.domain import signing
 from app.domain.lifecycle import Lifecycle, utcnow
+from app.domain.limits import CHECK_PAYLOAD_BYTES
 from app.domain.messages import ProducerGroupIn
 from app.domain.reads import body_fields, message_meta
 from app.errors import ApiError, DatabaseUnavailable, one_line
@@ -258,8 +260,7 @@ class Checks:
         body = {
             "producer_group": claim.group, "transaction_id": claim.transaction_id,
             "check_times": claim.number, "created_at": claim.created_at,
-            "messages": [{"message_id": m.message_id, "topic": m.topic, **message_meta(m),
-                          **body_fields(m.body, m.body_is_text)} for m in messages],
+            "messages": check_messages(messages),
         }
         webhook_id = signing.webhook_id(claim.txn_id, claim.created_at, row.round_id or 0,
                                         claim.number)
@@ -363,3 +364,25 @@ class Checks:
             log.info("%s %s after check #%d", _DONE[op], claim.name, number)
             if not result.applied:  # already done through the API (whose write cleared it)
                 self.release(claim)
+
+
+def check_messages(messages: Iterable[AnyRow]) -> list[dict[str, Any]]:
+    """A check's messages, their bodies included while the payload stays within
+    ``CHECK_PAYLOAD_BYTES`` (the SDK's check endpoints refuse a body over 1 MiB): past it, a
+    message comes without its body, marked ``"body_omitted": true`` with its size in
+    ``"body_bytes"`` (a check is answered from the transaction's id; RocketMQ's listener
+    may read the body, so the first messages keep theirs)."""
+    out: list[dict[str, Any]] = []
+    used = 0
+    for m in messages:
+        entry = {"message_id": m.message_id, "topic": m.topic, **message_meta(m)}
+        body = body_fields(m.body, m.body_is_text)
+        size = len(orjson.dumps({**entry, **body}))
+        if used + size <= CHECK_PAYLOAD_BYTES:
+            entry.update(body)
+        else:
+            entry.update(body_omitted=True, body_bytes=len(m.body))
+            size = len(orjson.dumps(entry))
+        used += size
+        out.append(entry)
+    return out

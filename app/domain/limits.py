@@ -13,6 +13,8 @@ from datetime import datetime, timedelta
 MAX_INT64 = 2**63 - 1  # the database's BIGINT: offsets, cursors
 MAX_DELAY_MS = 864_000_000  # ten days: deliver_after_ms, deliver_at, a nack's delay_ms
 MAX_DELAY = timedelta(milliseconds=MAX_DELAY_MS)
+# a check's JSON at most, bodies left out past it: the SDK's check endpoints take 1 MiB
+CHECK_PAYLOAD_BYTES = 1024 * 1024 - 64 * 1024
 
 
 def offset_plus(offset: int, count: int) -> int:

@@ -241,3 +241,29 @@ def test_secrets_are_not_logged(harness_factory, caplog: pytest.LogCaptureFixtur
     assert "check #1 of shop/order-1" in logged
     for secret in (old, new):
         assert secret not in logged and secret[6:] not in logged
+
+
+def test_a_large_transactions_check_fits_the_sdks_endpoint(harness) -> None:  # noqa: F811
+    """The SDK's check endpoints take 1 MiB: a check of a transaction whose bodies are
+    larger carries the first bodies only, the others marked omitted with their size, and
+    the endpoint answers it (before, each check was a 413 until the transaction was
+    discarded, its local work committed or not)."""
+    seen: list[dict[str, Any]] = []
+
+    class Recording:
+        def check(self, transaction: dict[str, Any]) -> Resolution:
+            seen.append(transaction)
+            return Resolution.COMMIT
+
+    h = harness
+    bodies = [chr(ord("a") + i) * 600_000 for i in range(3)]
+    with CheckerServer(Recording()) as server:
+        h.register("shop", [server.url])
+        server.signing_secret = registration(h, "shop")["signing_secret"]
+        h.send("shop", "big", messages=[{"topic": "orders", "body": b} for b in bodies])
+        h.start_checker()
+        assert wait_until(lambda: settled(h, "shop", "big")) == "COMMITTED"
+    messages = seen[0]["messages"]
+    assert messages[0]["body"] == bodies[0]
+    assert [(m.get("body_omitted"), m.get("body_bytes"), "body" in m) for m in messages[1:]] \
+        == [(True, 600_000, False), (True, 600_000, False)]
