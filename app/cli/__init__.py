@@ -63,6 +63,13 @@ def serve(host: str, port: int, no_checker: bool, no_migrate: bool, workers: int
                    "TXMSG_ADMIN_TOKEN (or TXMSG_ALLOW_UNAUTHENTICATED=true to serve it open)",
                    err=True)
         sys.exit(2)
+    from app.cli import port as port_claim
+
+    try:
+        claimed = port_claim.claim(host, port)  # held while serving: see app.cli.port
+    except port_claim.PortBusy as exc:
+        click.echo(str(exc), err=True)
+        sys.exit(1)
     metrics_dir = tempfile.mkdtemp(prefix="txmsg-metrics-")
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir
     from app.lifetime import PARENT_PID_ENV
@@ -112,6 +119,8 @@ def serve(host: str, port: int, no_checker: bool, no_migrate: bool, workers: int
             service.shutdown()
             tracing.shutdown()
         shutil.rmtree(metrics_dir, ignore_errors=True)
+        if claimed is not None:
+            claimed.close()
 
 
 def _migrate_once_reachable(settings) -> None:  # type: ignore[no-untyped-def]
