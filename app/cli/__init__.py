@@ -176,6 +176,14 @@ def checker() -> None:
 @click.option("--topics", default=None, help="Comma-separated topics (default: all but reserved).")
 def ingest(output: str, topics: str | None) -> None:
     """One incremental Spark run from the committed views into Parquet under OUTPUT."""
+    import importlib
+
+    try:
+        importlib.import_module("pyspark")
+    except ImportError:
+        click.echo("txmsg ingest: PySpark is not installed; it comes with the spark extra: "
+                   "pip install 'txmsg[spark]' (and a Java runtime)", err=True)
+        sys.exit(2)
     from spark_outbox.job import main as ingest_main
 
     sys.exit(ingest_main(_settings(), output, topics))
