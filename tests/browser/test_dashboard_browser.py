@@ -78,7 +78,15 @@ def test_commit_and_roll_back_behind_the_confirmation(browser: Browser, site: Si
 
     browser.click(By.ID, "action-commit")
     browser.wait_heading("Commit transaction")
+    typed = browser.driver.find_element(By.ID, "typed_transaction_id")
+    typed.send_keys("order-3002")  # the id of the next line: refused, nothing committed
     browser.click(By.ID, "confirm")
+    browser.wait(lambda d: d.find_elements(By.ID, "refused"), "the refusal")
+    assert "nothing was committed" in browser.driver.find_element(By.ID, "refused").text
+    assert site.state("order-3001") == "PREPARED"
+    browser.driver.find_element(By.ID, "typed_transaction_id").send_keys("order-3001")
+    browser.click(By.ID, "confirm")
+    browser.wait_heading("Transaction")  # the refusal's page, with its .flash, is gone
     browser.wait(lambda d: d.find_elements(By.CSS_SELECTOR, ".flash"), "the outcome")
     assert browser.driver.find_element(By.ID, "state").text == "COMMITTED"
     assert not browser.found(By.ID, "actions")
