@@ -188,3 +188,18 @@ def test_signing_out_ends_the_session(browser: Browser, site: Site, path: str) -
     browser.open(path)
     browser.wait_heading("Sign in")
     assert re.search(r"next=", browser.driver.current_url)
+
+
+def test_the_api_browser_shows_every_operation_of_the_document(browser: Browser,
+                                                               site: Site) -> None:
+    """GET /docs in a real browser: Swagger UI (OpenAPI 3.1) renders the document, under
+    its own Content-Security-Policy, with nothing fetched from another host."""
+    browser.open("/docs")
+    operations = browser.wait(
+        lambda d: d.find_elements(By.CSS_SELECTOR, ".opblock-summary-path"), "the operations")
+    paths = {op.get_attribute("data-path") for op in operations}
+    assert {"/v1/producer-groups/{group}/transactions", "/openapi.json"} <= paths
+    assert not browser.found(By.CSS_SELECTOR, ".errors-wrapper")
+    loaded = browser.driver.execute_script(
+        "return performance.getEntriesByType('resource').map(e => e.name)")
+    assert loaded and all(url.startswith(site.url) for url in loaded), loaded
