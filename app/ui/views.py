@@ -299,7 +299,7 @@ def transaction(group: str, transaction_id: str) -> str:
 @bp.route("/transactions/<group>/<transaction_id>/<any(commit,rollback,'resume-check'):action>",
           methods=["GET", "POST"])
 @public
-def act(group: str, transaction_id: str, action: str) -> BaseResponse | str:
+def act(group: str, transaction_id: str, action: str) -> BaseResponse | str | tuple[str, int]:
     """An operator's commit, rollback or resume-check: a confirmation page, then the POST
     of its form, through the same ``Lifecycle.finish`` as the API. A commit's form carries
     the transaction id typed by the operator; another id (or none) commits nothing."""
