@@ -1,11 +1,18 @@
-# txmsg: one image for the API (`txmsg serve`), the check service (`txmsg checker`), the
-# migrations (`txmsg migrate`) and the Spark ingestion (`txmsg ingest`).
-FROM python:3.11-slim-bookworm
+# txmsg: two images from one file.
+#   the default (last) stage, `api`: `txmsg serve`, `txmsg checker`, `txmsg migrate` and the
+#     admin commands; no Java, no Spark (`pip install .`)
+#   `--target ingest`: the same plus Java, the JDBC drivers and the spark extra, for
+#     `txmsg ingest` (`pip install '.[spark]'`)
+FROM python:3.11-slim-bookworm AS base
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
+
+RUN useradd --system --uid 10001 --create-home --home-dir /srv/txmsg txmsg
+
+FROM base AS ingest
 
 # Java and the JDBC drivers that `txmsg ingest` (Spark over JDBC) loads from /usr/share/java,
 # from Debian: nothing is downloaded at run time. Slim images lack the man directory the
@@ -18,15 +25,28 @@ RUN mkdir -p /usr/share/man/man1 \
 
 WORKDIR /src/txmsg
 COPY . .
-RUN pip install . \
+RUN pip install ".[spark]" \
  && cd / && rm -rf /src/txmsg
 
 # the embedded SQLite default (sqlite:///var/txmsg.db) and Spark's scratch files land here;
 # lake/ exists in the image so that a volume mounted there is writable by txmsg
-RUN useradd --system --uid 10001 --create-home --home-dir /srv/txmsg txmsg
 USER txmsg
 WORKDIR /srv/txmsg
 RUN mkdir lake
+
+ENTRYPOINT ["txmsg"]
+CMD ["ingest", "--output", "/srv/txmsg/lake"]
+
+FROM base AS api
+
+WORKDIR /src/txmsg
+COPY . .
+RUN pip install . \
+ && cd / && rm -rf /src/txmsg
+
+# the embedded SQLite default (sqlite:///var/txmsg.db) lands here
+USER txmsg
+WORKDIR /srv/txmsg
 
 EXPOSE 8080
 ENTRYPOINT ["txmsg"]

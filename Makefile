@@ -1,10 +1,12 @@
-# txmsg: `make demo` runs the whole lifecycle on the embedded default; `make test` passes the tests.
+# txmsg: `make demo` runs the whole lifecycle on the embedded default (the virtualenv, plus
+# Java and the JDBC drivers for its Spark step); `make test` passes the tests (and installs
+# everything they use: Chromium, promtool, Patroni, etcd, HAProxy, PostgreSQL started).
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: install system-deps demo test lint docs bench soak clean
+.PHONY: install system-deps spark-deps demo test lint docs bench soak clean
 
 $(VENV)/.installed: pyproject.toml clients/python/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -13,11 +15,15 @@ $(VENV)/.installed: pyproject.toml clients/python/pyproject.toml
 	touch $@
 
 system-deps:
-	@./scripts/ensure-system-deps.sh
+	@./scripts/ensure-system-deps.sh all
+
+# what the demo's last step (`txmsg ingest`) needs from Debian, and nothing else
+spark-deps:
+	@./scripts/ensure-system-deps.sh spark
 
 install: $(VENV)/.installed system-deps
 
-demo: install
+demo: $(VENV)/.installed spark-deps
 	$(PY) -m scripts.demo
 
 test: install lint

@@ -126,6 +126,20 @@ class Redact(logging.Filter):
         return True
 
 
+class JoinedLines(logging.Filter):
+    """A message its own code writes on several lines, as one: its lines stripped and
+    joined by a space. For loggers whose lines are ours, not a request's: Alembic's
+    "Running upgrade" lines carry each revision's docstring, which the text format would
+    otherwise show with literal ``\\n`` escapes."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if "\n" in message or "\r" in message:
+            record.msg = " ".join(part.strip() for part in message.splitlines() if part.strip())
+            record.args = None
+        return True
+
+
 class RequestContext(logging.Filter):
     """Adds the id of the request the logging thread serves, when it serves one."""
 
@@ -201,6 +215,7 @@ def dict_config(settings: Settings, level: str | int = "INFO") -> dict[str, Any]
         "disable_existing_loggers": False,
         "formatters": {"txmsg": formatter},
         "filters": {"request": {"()": f"{__name__}.RequestContext"},
+                    "joined": {"()": f"{__name__}.JoinedLines"},
                     "redact": {"()": f"{__name__}.Redact",
                                "secrets": settings_secrets(settings)}},
         "handlers": {"txmsg": handler},
@@ -211,6 +226,7 @@ def dict_config(settings: Settings, level: str | int = "INFO") -> dict[str, Any]
             "_granian": {"handlers": ["txmsg"], "propagate": False},
             "granian.access": {"handlers": ["txmsg"], "propagate": False},
             "alembic.runtime.plugins": quiet,
+            "alembic.runtime.migration": {"filters": ["joined"]},
         },
     }
 

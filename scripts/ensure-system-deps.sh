@@ -1,13 +1,32 @@
 #!/usr/bin/env bash
-# Installs what txmsg needs from Debian (JDBC drivers, Java, Chromium for the browser
-# tests) and starts the local PostgreSQL when it is installed but down. Idempotent;
-# quiet when all is there.
+# Installs what txmsg needs from Debian and starts the local PostgreSQL when it is
+# installed but down. Idempotent; quiet when all is there.
+#   ensure-system-deps.sh spark   Java and the JDBC drivers only: what `txmsg ingest` needs
+#                                 (`make demo`, whose last step is a Spark run)
+#   ensure-system-deps.sh [all]   everything the tests use (`make install`, `make test`):
+#                                 also Chromium, promtool, Patroni, etcd, HAProxy
 set -euo pipefail
+
+mode="${1:-all}"
+case "$mode" in
+  spark|all) ;;
+  *) echo "usage: $0 [spark|all]" >&2; exit 2 ;;
+esac
 
 need=()
 [ -f /usr/share/java/postgresql.jar ] || need+=(libpostgresql-jdbc-java)
 [ -f /usr/share/java/sqlite-jdbc.jar ] || need+=(libxerial-sqlite-jdbc-java)
 command -v java >/dev/null 2>&1 || need+=(openjdk-17-jre-headless)
+if [ "$mode" = spark ]; then
+  if [ ${#need[@]} -gt 0 ]; then
+    sudo=""
+    [ "$(id -u)" -eq 0 ] || sudo="sudo"
+    echo "installing from Debian: ${need[*]}"
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${need[@]}" >/dev/null
+  fi
+  exit 0
+fi
 # the dashboard's browser tests (tests/browser) drive Debian's headless Chromium
 [ -x /usr/bin/chromium ] || need+=(chromium)
 [ -x /usr/bin/chromedriver ] || need+=(chromium-driver)

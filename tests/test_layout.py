@@ -54,8 +54,9 @@ from tests.fuzz import check_problem
     ]
 
 
-# unit tests of project files, not of a module: the compose file and the deploy/ configs
-PROJECT_FILE_TESTS = {"test_compose.py", "test_deploy.py"}
+# unit tests of project files, not of a module: the compose file and the deploy/ configs,
+# the Makefile and its system-deps script
+PROJECT_FILE_TESTS = {"test_compose.py", "test_deploy.py", "test_makefile.py"}
 
 
 def test_unit_tests_mirror_the_tree() -> None:

@@ -102,6 +102,13 @@ def serve(host: str, port: int, no_checker: bool, no_migrate: bool, workers: int
                    "TXMSG_ADMIN_TOKEN (or TXMSG_ALLOW_UNAUTHENTICATED=true to serve it open)",
                    err=True)
         sys.exit(2)
+    from app.cli import port as port_claim
+
+    try:
+        claimed = port_claim.claim(host, port)  # held while serving: see app.cli.port
+    except port_claim.PortBusy as exc:
+        click.echo(str(exc), err=True)
+        sys.exit(1)
     metrics_dir = tempfile.mkdtemp(prefix="txmsg-metrics-")
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir
     from app.lifetime import PARENT_PID_ENV
@@ -155,6 +162,8 @@ def serve(host: str, port: int, no_checker: bool, no_migrate: bool, workers: int
             service.shutdown()
             tracing.shutdown()
         shutil.rmtree(metrics_dir, ignore_errors=True)
+        if claimed is not None:
+            claimed.close()
 
 
 _BACKLOG = 2048
@@ -241,6 +250,14 @@ def checker() -> None:
 @click.option("--topics", default=None, help="Comma-separated topics (default: all but reserved).")
 def ingest(output: str, topics: str | None) -> None:
     """One incremental Spark run from the committed views into Parquet under OUTPUT."""
+    import importlib
+
+    try:
+        importlib.import_module("pyspark")
+    except ImportError:
+        click.echo("txmsg ingest: PySpark is not installed; it comes with the spark extra: "
+                   "pip install 'txmsg[spark]' (and a Java runtime)", err=True)
+        sys.exit(2)
     from spark_outbox.job import main as ingest_main
 
     sys.exit(ingest_main(_settings(), output, topics))

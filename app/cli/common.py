@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
@@ -38,10 +39,35 @@ def load_settings() -> Settings:
 
 
 def make_engine(settings: Settings | None = None) -> Engine:
-    """An engine without a pool: a command opens a connection or two, then exits."""
+    """An engine without a pool: a command opens a connection or two, then exits.
+
+    An admin command never creates a store: a SQLite file that is not there (a command
+    run from another directory, a mistyped URL) is one line naming its path and exit
+    status 1, not an empty database made on the spot. ``migrate`` and ``serve`` create it.
+    """
     from app.storage.db import make_engine as engine_for
 
-    return engine_for(settings or load_settings(), pool=False)
+    settings = settings or load_settings()
+    missing = missing_sqlite_file(settings.database_url)
+    if missing is not None:
+        click.echo(f"txmsg: database_missing: no SQLite database at {missing} "
+                   "(`txmsg migrate` creates it; TXMSG_DATABASE_URL names another)", err=True)
+        sys.exit(1)
+    return engine_for(settings, pool=False)
+
+
+def missing_sqlite_file(database_url: str) -> Path | None:
+    """The absolute path of the SQLite file ``database_url`` names if it does not exist;
+    None for any other database (or an in-memory one, or a ``file:`` URI)."""
+    from sqlalchemy.engine import make_url
+
+    url = make_url(database_url)
+    database = url.database
+    if (url.get_backend_name() != "sqlite" or not database or database == ":memory:"
+            or url.query.get("uri")):
+        return None
+    path = Path(database).absolute()
+    return None if path.exists() else path
 
 
 def or_exit(step: Callable[..., T], *args: Any, **kwargs: Any) -> T:

@@ -361,7 +361,12 @@ class Checks:
                      number, exc.detail)
             self.release(claim)
         else:
-            log.info("%s %s after check #%d", _DONE[op], claim.name, number)
+            # a discard is the one an operator looks for (nobody answered): a warning, with
+            # the fields a JSON log is searched by, as the check's own line has
+            log.log(logging.WARNING if op is Op.DISCARD else logging.INFO,
+                    "%s %s after check #%d", _DONE[op], claim.name, number,
+                    extra={"transaction": claim.transaction_id, "group": claim.group,
+                           "check": number, "op": op.value})
             if not result.applied:  # already done through the API (whose write cleared it)
                 self.release(claim)
 

@@ -175,7 +175,13 @@ def _raise_unavailable(ctx: ExceptionContext) -> None:
 
 class UnavailableWhenExhausted(QueuePool):
     """A queue pool whose checkout timeout (``db_pool_timeout_seconds``: every connection
-    busy) is ``DatabaseUnavailable``, like every other way the database fails to answer."""
+    busy) is ``DatabaseUnavailable``, like every other way the database fails to answer.
+
+    It logs as SQLAlchemy's own pools do (under ``sqlalchemy.pool``, WARNING unless asked):
+    named after this module, its "Pool disposed ... Current Overflow: -5" lines at each
+    shutdown were INFO lines of txmsg's."""
+
+    _sqla_logger_namespace = "sqlalchemy.pool.impl.QueuePool"
 
     def _do_get(self) -> ConnectionPoolEntry:
         try:

@@ -1,5 +1,6 @@
 """The operator dashboard at ``/ui/``: server-rendered pages (Jinja2) over the same domain
-functions as the API, a small stylesheet, no JavaScript.
+functions as the API, a small stylesheet, no JavaScript. (Its static directory also holds
+the one script of the API browser at ``/docs``, ``app.ui.apidocs``, mounted here too.)
 
 With access control on, a person signs in with a token; the session is kept on the
 server (``app.domain.ui_sessions``: signing out ends it in every process) and the cookie
@@ -20,7 +21,7 @@ from flask import Flask, request
 from flask.sessions import SecureCookieSessionInterface
 
 from app.config import Settings
-from app.ui import views
+from app.ui import apidocs, views
 
 SESSION_HOURS = 12
 
@@ -41,7 +42,8 @@ class _Sessions(SecureCookieSessionInterface):
 
 
 def install(app: Flask, settings: Settings) -> None:
-    """Mount the dashboard on the app (called by the app factory)."""
+    """Mount the dashboard (/ui/) and the API browser (/docs) on the app (called by the
+    app factory)."""
     app.secret_key = session_key(settings)
     app.config.update(
         SESSION_COOKIE_NAME="txmsg_ui", SESSION_COOKIE_PATH="/ui/",
@@ -53,3 +55,4 @@ def install(app: Flask, settings: Settings) -> None:
     app.session_interface = _Sessions()
     views.csrf.init_app(app)
     app.register_blueprint(views.bp)
+    app.register_blueprint(apidocs.bp)

@@ -41,7 +41,11 @@ from app.vocabulary import Op, State
 
 STATIC = Path(__file__).parent / "static"
 SESSION_ID = "sid"  # the cookie's key for the server-side session's id
-ACTIONS = {"commit": Op.COMMIT, "rollback": Op.ROLLBACK, "resume-check": Op.RESUME}
+# in the order offered: for a DISCARDED transaction, resume-check (its producer decides)
+# comes first; a commit the operator decides alone is the last resort, after the barrier
+ACTIONS = {"resume-check": Op.RESUME, "commit": Op.COMMIT, "rollback": Op.ROLLBACK}
+# the confirmation form's field where a commit's transaction id is typed again
+TYPED_ID = "typed_transaction_id"
 # what each action says (which state it may follow: the state machine, app.domain.states)
 EXPLAINED = {
     Op.COMMIT: "Its messages become visible to readers, at the next offsets of their topics.",
@@ -295,9 +299,10 @@ def transaction(group: str, transaction_id: str) -> str:
 @bp.route("/transactions/<group>/<transaction_id>/<any(commit,rollback,'resume-check'):action>",
           methods=["GET", "POST"])
 @public
-def act(group: str, transaction_id: str, action: str) -> BaseResponse | str:
+def act(group: str, transaction_id: str, action: str) -> BaseResponse | str | tuple[str, int]:
     """An operator's commit, rollback or resume-check: a confirmation page, then the POST
-    of its form, through the same ``Lifecycle.finish`` as the API."""
+    of its form, through the same ``Lifecycle.finish`` as the API. A commit's form carries
+    the transaction id typed by the operator; another id (or none) commits nothing."""
     check_group_name(group)
     check_transaction_id(transaction_id)
     _require(PRODUCE, group)
@@ -306,7 +311,18 @@ def act(group: str, transaction_id: str, action: str) -> BaseResponse | str:
     if request.method == "GET":
         view = dashboard.transaction(state().engine, group, transaction_id)
         return render_template("confirm.html", view=view, action=action, op=op,
-                               explained=EXPLAINED[op], back=back)
+                               explained=EXPLAINED[op], back=back, typed_id=TYPED_ID)
+    if op is Op.COMMIT and request.form.get(TYPED_ID, "").strip() != transaction_id:
+        # a commit publishes what the producer never confirmed: the id typed again says
+        # the operator means this transaction, not the one on the next line
+        typed = request.form.get(TYPED_ID, "").strip()
+        view = dashboard.transaction(state().engine, group, transaction_id)
+        refused = (f"The id typed ({typed[:80]!r}) is not this transaction's id: nothing was "
+                   "committed. Type its id exactly to commit it." if typed else
+                   "Type the transaction's id to commit it: nothing was committed.")
+        return render_template("confirm.html", view=view, action=action, op=op,
+                               explained=EXPLAINED[op], back=back, typed_id=TYPED_ID,
+                               refused=refused), 422
     try:
         result = state().lifecycle.finish(group, transaction_id, op, source=SOURCE)
     except ApiError as exc:

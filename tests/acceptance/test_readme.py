@@ -5,6 +5,7 @@ docs/tour.md (its shell blocks, in order, with curl and the admin CLI)."""
 from __future__ import annotations
 
 import re
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -87,6 +88,28 @@ def test_the_five_minute_tour_runs(serve_factory, tmp_path: Path) -> None:  # ty
     assert [line.split()[:3] for line in listed] == [
         ["shop", "order-1", "COMMITTED"], ["shop", "order-2", "ROLLED_BACK"],
         ["shop", "order-3", "COMMITTED"]]
+
+
+def test_the_tours_wait_for_the_first_check_gives_up(tmp_path: Path) -> None:
+    """The step that waits for the first check is bounded: with nothing ever answering
+    (and ``sleep`` made instant), it ends by itself instead of looping forever."""
+    steps = "\n".join(tour_blocks()).splitlines()
+    start = next(i for i, line in enumerate(steps) if "/metrics" in line)
+    end = next(i for i in range(start, len(steps)) if re.search(r"\bdone\b", steps[i]))
+    wait = "\n".join(steps[start:end + 1])
+    shims = tmp_path / "bin"
+    shims.mkdir()
+    (shims / "sleep").write_text("#!/bin/sh\nexit 0\n")
+    (shims / "sleep").chmod(0o755)
+    with socket.socket() as closed:  # a port nothing listens on
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    env = clean_env({})
+    env["PATH"] = f"{shims}:{env['PATH']}"
+    done = subprocess.run(["bash", "-c", "set -u\n" + wait.replace("localhost:8080",
+                                                                    f"127.0.0.1:{port}")],
+                          check=False, capture_output=True, text=True, timeout=120, env=env)
+    assert "txmsg_checks_total" not in done.stdout
 
 
 def test_the_api_guide_example_runs(serve_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

@@ -164,3 +164,18 @@ def test_served_a_token_without_the_scope_is_refused_before_its_body(
     status, body = _raw(served.port, "PUT /v1/producer-groups/shop HTTP/1.1\r\nHost: x\r\n"
                         f"{auth}Content-Length: 1048576\r\n", b" " * 65536)
     assert status == 403 and b'"produce:shop"' in body, body
+
+
+def test_the_api_browser_is_served_open_by_the_real_server(serve_factory) -> None:  # type: ignore[no-untyped-def]
+    """GET /docs through Granian and the ASGI front, with access control on: public, as
+    /openapi.json is, and every file it loads comes from this server."""
+    served = serve_factory({"TXMSG_ADMIN_TOKEN": ADMIN_TOKEN}, "--no-checker")
+    assert requests.get(f"{served.url}/v1/topics", timeout=10).status_code == 401
+    page = requests.get(f"{served.url}/docs", timeout=10)
+    assert page.status_code == 200 and page.headers["Content-Type"].startswith("text/html")
+    assert not re.search(r"(?i)https?:", page.text)
+    assets = re.findall(r'(?:src|href)="(/docs/assets/[^"]+)"', page.text)
+    assert "/docs/assets/swagger-ui-bundle.js" in assets
+    for asset in assets:
+        assert requests.get(f"{served.url}{asset}", timeout=10).status_code == 200, asset
+    assert requests.get(f"{served.url}/openapi.json", timeout=10).status_code == 200

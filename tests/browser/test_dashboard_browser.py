@@ -78,7 +78,15 @@ def test_commit_and_roll_back_behind_the_confirmation(browser: Browser, site: Si
 
     browser.click(By.ID, "action-commit")
     browser.wait_heading("Commit transaction")
+    typed = browser.driver.find_element(By.ID, "typed_transaction_id")
+    typed.send_keys("order-3002")  # the id of the next line: refused, nothing committed
     browser.click(By.ID, "confirm")
+    browser.wait(lambda d: d.find_elements(By.ID, "refused"), "the refusal")
+    assert "nothing was committed" in browser.driver.find_element(By.ID, "refused").text
+    assert site.state("order-3001") == "PREPARED"
+    browser.driver.find_element(By.ID, "typed_transaction_id").send_keys("order-3001")
+    browser.click(By.ID, "confirm")
+    browser.wait_heading("Transaction")  # the refusal's page, with its .flash, is gone
     browser.wait(lambda d: d.find_elements(By.CSS_SELECTOR, ".flash"), "the outcome")
     assert browser.driver.find_element(By.ID, "state").text == "COMMITTED"
     assert not browser.found(By.ID, "actions")
@@ -180,3 +188,18 @@ def test_signing_out_ends_the_session(browser: Browser, site: Site, path: str) -
     browser.open(path)
     browser.wait_heading("Sign in")
     assert re.search(r"next=", browser.driver.current_url)
+
+
+def test_the_api_browser_shows_every_operation_of_the_document(browser: Browser,
+                                                               site: Site) -> None:
+    """GET /docs in a real browser: Swagger UI (OpenAPI 3.1) renders the document, under
+    its own Content-Security-Policy, with nothing fetched from another host."""
+    browser.open("/docs")
+    operations = browser.wait(
+        lambda d: d.find_elements(By.CSS_SELECTOR, ".opblock-summary-path"), "the operations")
+    paths = {op.get_attribute("data-path") for op in operations}
+    assert {"/v1/producer-groups/{group}/transactions", "/openapi.json"} <= paths
+    assert not browser.found(By.CSS_SELECTOR, ".errors-wrapper")
+    loaded = browser.driver.execute_script(
+        "return performance.getEntriesByType('resource').map(e => e.name)")
+    assert loaded and all(url.startswith(site.url) for url in loaded), loaded

@@ -77,9 +77,10 @@ def seeded(client: Any) -> dict[str, str]:
 
 def _routes(app: Any) -> Iterator[tuple[str, str, Any]]:
     """(method, Flask rule, view) of every API route (the dashboard's pages, ``ui.*``,
-    check their own sessions: tests/integration/test_dashboard.py)."""
+    check their own sessions: tests/integration/test_dashboard.py; the API browser's,
+    ``apidocs.*``, are public: tests/integration/test_apidocs.py)."""
     for rule in app.url_map.iter_rules():
-        if rule.endpoint == "static" or rule.endpoint.startswith("ui."):
+        if rule.endpoint == "static" or rule.endpoint.startswith(("ui.", "apidocs.")):
             continue
         for method in sorted(rule.methods - {"HEAD", "OPTIONS"}):
             yield method, rule.rule, app.view_functions[rule.endpoint]

@@ -8,6 +8,7 @@ processed (a marker transaction resolved by a later poll), not after a sleep.
 from __future__ import annotations
 
 import base64
+import logging
 import threading
 from datetime import datetime
 from typing import Any
@@ -267,6 +268,27 @@ def test_deleted_group_checks_are_unknown_but_own_check_url_is_asked(harness) ->
         [(1, "NO_CALLBACK", None), (2, "NO_CALLBACK", None), (3, "NO_CALLBACK", None)]
     assert wait_until(lambda: settled(h, "gone", "own-1")) == "COMMITTED"
     assert cb.numbers("own-1") == [1]
+
+
+def test_a_discard_is_logged_as_a_warning_with_its_fields(harness, caplog) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
+    """The line an operator searches for: which transaction, of which group, after how
+    many checks (fields of a JSON log, as the check's own lines have)."""
+    caplog.set_level(logging.INFO, logger="app.domain.checks")
+    h = harness
+    h.register("shop", [h.callback(by_txid()).url])
+    h.send("shop", "order-7")
+    h.start_checker()
+    assert wait_until(lambda: settled(h, "shop", "order-7")) == "DISCARDED"
+
+    def discard_line() -> logging.LogRecord | None:
+        return next((r for r in caplog.records if r.name == "app.domain.checks"
+                     and r.getMessage().startswith("discarded shop/order-7")), None)
+
+    record = wait_until(discard_line, what="the discard's log line")
+    assert record.getMessage() == "discarded shop/order-7 after check #3"
+    assert record.levelno == logging.WARNING
+    assert (record.transaction, record.group, record.check, record.op) == (  # type: ignore[attr-defined]
+        "order-7", "shop", 3, "DISCARD")
 
 
 def test_crash_after_the_last_check_discards_without_asking_again(harness) -> None:  # noqa: F811

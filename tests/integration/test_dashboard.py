@@ -294,10 +294,13 @@ def test_another_sessions_csrf_token_is_refused(app: Any, client: Any,
 # -- operator actions --------------------------------------------------------------------
 
 def confirm(client: Any, group: str, transaction_id: str, action: str) -> Any:
+    """The confirmation page, then its form posted (a commit's with the id typed)."""
     page = client.get(f"/ui/transactions/{group}/{transaction_id}/{action}")
     assert page.status_code == 200 and 'id="confirm"' in text(page)
-    return client.post(f"/ui/transactions/{group}/{transaction_id}/{action}",
-                       data={"csrf_token": csrf_of(page)})
+    data = {"csrf_token": csrf_of(page)}
+    if action == "commit":
+        data["typed_transaction_id"] = transaction_id
+    return client.post(f"/ui/transactions/{group}/{transaction_id}/{action}", data=data)
 
 
 def test_resume_then_commit_and_rollback_through_the_confirmation(
@@ -326,9 +329,47 @@ def test_resume_then_commit_and_rollback_through_the_confirmation(
     # what the state machine refuses is said, not done
     form = client.get(f"/ui/transactions/{GROUP}/t-open/commit")
     r = client.post(f"/ui/transactions/{GROUP}/t-open/commit",
-                    data={"csrf_token": csrf_of(form)}, follow_redirects=True)
+                    data={"csrf_token": csrf_of(form), "typed_transaction_id": "t-open"},
+                    follow_redirects=True)
     assert "cannot commit transaction" in text(r) and "ROLLED_BACK" in text(r)
     assert txn_state(app, GROUP, "t-open") == "ROLLED_BACK"
+
+
+def test_a_discarded_transaction_offers_resume_check_first(
+        client: Any, seeded: dict[str, Any]) -> None:
+    """Resuming lets its producer decide (with the barrier, the safe answer); a commit
+    the operator decides alone comes after."""
+    sign_in(client)
+    page = text(client.get(f"/ui/transactions/{GROUP}/t-lost"))
+    order = [page.index(f'id="action-{name}"') for name in ("resume-check", "commit",
+                                                            "rollback")]
+    assert order == sorted(order)
+
+
+@pytest.mark.parametrize("typed", [None, "", "t-lost", "t-openx"])
+def test_a_commit_without_its_id_typed_commits_nothing(
+        app: Any, client: Any, seeded: dict[str, Any], typed: str | None) -> None:
+    sign_in(client)
+    engine = app.extensions["txmsg"].engine
+    page = client.get(f"/ui/transactions/{GROUP}/t-open/commit")
+    assert 'name="typed_transaction_id"' in text(page)
+    data = {"csrf_token": csrf_of(page)}
+    if typed is not None:
+        data["typed_transaction_id"] = typed
+    before = row_counts(engine)
+    r = client.post(f"/ui/transactions/{GROUP}/t-open/commit", data=data)
+    assert r.status_code == 422 and r.mimetype == "text/html"
+    assert "nothing was committed" in text(r) and 'id="refused"' in text(r)
+    if typed:
+        assert f"The id typed (&#39;{typed}&#39;)" in text(r)
+    assert 'name="typed_transaction_id"' in text(r)  # the form again, to type it right
+    assert row_counts(engine) == before
+    assert txn_state(app, GROUP, "t-open") == "PREPARED"
+
+    data["typed_transaction_id"] = " t-open "  # what a paste brings along is forgiven
+    r = client.post(f"/ui/transactions/{GROUP}/t-open/commit", data=data)
+    assert r.status_code == 303
+    assert txn_state(app, GROUP, "t-open") == "COMMITTED"
 
 
 def test_a_resolved_transaction_offers_no_action(client: Any, seeded: dict[str, Any]) -> None:

@@ -26,12 +26,21 @@ from tests.spark.helpers import (
 )
 
 
-@pytest.mark.parametrize("case", ["no-java", "no-driver", "no-database-file"])
+@pytest.mark.parametrize("case", ["no-pyspark", "no-java", "no-driver", "no-database-file"])
 def test_what_is_missing_is_one_line_and_a_nonzero_exit(tmp_path: Path, case: str) -> None:
     db = tmp_path / "txmsg.db"
     db.write_bytes(b"")
     env = ingest_env(f"sqlite:///{db}")
-    if case == "no-java":
+    if case == "no-pyspark":  # as after `pip install .`, without the spark extra
+        blocker = tmp_path / "no-pyspark" / "pyspark"
+        blocker.mkdir(parents=True)
+        (blocker / "__init__.py").write_text(
+            "raise ModuleNotFoundError(\"No module named 'pyspark'\", name='pyspark')\n")
+        env["PYTHONPATH"] = os.pathsep.join(
+            [str(blocker.parent), *filter(None, [env.get("PYTHONPATH")])])
+        expected = ("txmsg ingest: PySpark is not installed; it comes with the spark extra: "
+                    "pip install 'txmsg[spark]' (and a Java runtime)")
+    elif case == "no-java":
         env.pop("JAVA_HOME", None)
         env["PATH"] = str(tmp_path)  # no java there
         expected = "txmsg ingest: Java not found (no java on PATH)"

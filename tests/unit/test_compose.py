@@ -9,11 +9,13 @@ import re
 import shlex
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from packaging.requirements import Requirement
 from sqlalchemy.engine import make_url
 
 from app.config import Settings
@@ -52,10 +54,10 @@ def compose() -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def txmsg_services(compose: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """The services that run the txmsg image."""
-    image = compose["services"]["migrate"]["image"]
+    """The services that run a txmsg image (the API's, or the ingestion's)."""
+    images = {compose["services"]["migrate"]["image"], compose["services"]["ingest"]["image"]}
     return {name: s for name, s in compose["services"].items()
-            if s.get("image") == image and "ha" not in s.get("profiles", ())}
+            if s.get("image") in images and "ha" not in s.get("profiles", ())}
 
 
 @pytest.fixture(scope="module")
@@ -179,37 +181,74 @@ def test_the_ha_profile_follows_patroni_behind_haproxy(
     assert proxy["environment"]["TXMSG_API2"] == "api2:8080"
 
 
-def _instructions() -> list[tuple[str, str]]:
+def _stages() -> dict[str, list[tuple[str, str]]]:
+    """The Dockerfile's instructions by stage (``FROM image AS name``), in order."""
     lines = DOCKERFILE.read_text().replace("\\\n", " ").splitlines()
-    out = []
+    stages: dict[str, list[tuple[str, str]]] = {}
+    current: list[tuple[str, str]] = []
     for line in lines:
         line = line.strip()
         if line and not line.startswith("#"):
             keyword, _, rest = line.partition(" ")
-            out.append((keyword.upper(), rest.strip()))
-    return out
+            if keyword.upper() == "FROM":
+                current = stages.setdefault(rest.split()[-1], [])
+            current.append((keyword.upper(), rest.strip()))
+    return stages
 
 
-def test_dockerfile_installs_the_package_with_java_and_jdbc_drivers() -> None:
-    instructions = _instructions()
-    assert instructions[0] == ("FROM", "python:3.11-slim-bookworm")
-    runs = " ".join(rest for keyword, rest in instructions if keyword == "RUN")
-    for package in ("openjdk-17-jre-headless", "libpostgresql-jdbc-java",
-                    "libxerial-sqlite-jdbc-java"):
+def _runs(instructions: list[tuple[str, str]]) -> str:
+    return " ".join(rest for keyword, rest in instructions if keyword == "RUN")
+
+
+JAVA = ("openjdk-17-jre-headless", "libpostgresql-jdbc-java", "libxerial-sqlite-jdbc-java")
+
+
+def test_the_default_image_serves_without_java_or_spark() -> None:
+    """The last stage is what `docker build .` makes: the API's image, `pip install .`."""
+    stages = _stages()
+    assert list(stages) == ["base", "ingest", "api"]
+    assert stages["base"][0] == ("FROM", "python:3.11-slim-bookworm AS base")
+    assert stages["api"][0] == ("FROM", "base AS api")
+    runs = _runs(stages["base"] + stages["api"])
+    assert "pip install . " in runs + " " and "spark" not in runs
+    assert not any(package in runs for package in JAVA) and "apt-get" not in runs
+    assert ("EXPOSE", "8080") in stages["api"]
+    assert any(keyword == "USER" and rest not in ("root", "0") for keyword, rest in stages["api"])
+
+
+def test_the_ingest_image_adds_java_jdbc_drivers_and_the_spark_extra(
+        compose: dict[str, Any]) -> None:
+    stages = _stages()
+    assert stages["ingest"][0] == ("FROM", "base AS ingest")
+    runs = _runs(stages["ingest"])
+    for package in JAVA:
         assert package in runs
-    assert "pip install ." in runs
-    assert ("EXPOSE", "8080") in instructions
-    assert any(keyword == "USER" and rest not in ("root", "0") for keyword, rest in instructions)
+    assert 'pip install ".[spark]"' in runs
+    assert any(keyword == "USER" and rest not in ("root", "0")
+               for keyword, rest in stages["ingest"])
+    ingest = compose["services"]["ingest"]
+    assert ingest["build"] == {"context": ".", "target": "ingest"}
+    assert ingest["image"] != compose["services"]["migrate"]["image"]
 
 
 def test_dockerfile_starts_the_txmsg_console_script() -> None:
-    instructions = dict(_instructions())  # the last ENTRYPOINT / CMD wins, as in Docker
+    instructions = dict(_stages()["api"])  # the last ENTRYPOINT / CMD wins, as in Docker
     entrypoint = json.loads(instructions["ENTRYPOINT"])
     cmd = json.loads(instructions["CMD"])
     assert entrypoint == ["txmsg"]
     assert cmd[0] == "serve"
     pyproject = (ROOT / "pyproject.toml").read_text()
     assert 'txmsg = "app.cli:main"' in pyproject
+
+
+def test_the_server_installs_without_pyspark() -> None:
+    """`pip install .` brings no pyspark; `pip install '.[spark]'` (and the dev extra) does."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    base = [Requirement(r).name for r in project["dependencies"]]
+    assert "pyspark" not in base
+    extras = project["optional-dependencies"]
+    assert [Requirement(r).name for r in extras["spark"]] == ["pyspark"]
+    assert "txmsg[spark]" in extras["dev"]
 
 
 def test_dockerignore_keeps_what_pip_install_needs() -> None:

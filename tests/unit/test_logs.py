@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import re
 from datetime import datetime
+from pathlib import Path
 
 import pytest
 from pydantic import SecretStr
@@ -12,6 +13,7 @@ from pydantic import SecretStr
 from app import logs
 from app.config import Settings
 from app.logs import REDACTED, Redactor, safe_url, settings_secrets
+from app.storage.db import make_engine, upgrade_to_head
 from tests.logs import captured_logs
 
 TOKEN_ID = "0123456789abcdef"
@@ -181,3 +183,33 @@ def test_json_lines_encode_every_control_character() -> None:
     assert not logs._CONTROL.search(captured.text.removesuffix("\n"))
     [record] = captured.records()  # one line, splitlines' way too
     assert record["message"] == record["path"] == HOSTILE
+
+
+def test_migration_lines_are_joined_not_escaped(tmp_path: Path) -> None:
+    """Alembic's "Running upgrade" lines carry each revision's docstring, several lines
+    long: logged as one line, its lines joined by spaces, never with a literal ``\\n``."""
+    settings = Settings(database_url=f"sqlite:///{tmp_path / 'txmsg.db'}")
+    with captured_logs(settings, "INFO") as captured:
+        upgrade_to_head(settings)
+    running = [line for line in captured.text.splitlines() if "Running upgrade" in line]
+    assert len(running) >= 10
+    assert all(LINE_START.match(line) for line in captured.text.splitlines())
+    assert "\\n" not in captured.text
+    # 0003's docstring, its two lines joined
+    assert any("the walk over resolved transactions, and the partial index" in line
+               for line in running)
+
+
+def test_disposing_the_pool_says_nothing_at_info(tmp_path: Path) -> None:
+    """SQLAlchemy's "Pool disposed ... Current Overflow: -5" at each shutdown was an INFO
+    line of txmsg's (its pool class named after app.storage.db)."""
+    settings = Settings(database_url=f"sqlite:///{tmp_path / 'txmsg.db'}")
+    with captured_logs(settings, "INFO") as captured:
+        engine = make_engine(settings)
+        with engine.connect() as conn:
+            conn.exec_driver_sql("SELECT 1")
+        engine.dispose()
+        engine.dispose()
+        logging.getLogger("txmsg.test").info("after")
+    assert "Pool" not in captured.text and "Overflow" not in captured.text
+    assert "after" in captured.text
