@@ -256,7 +256,7 @@ def transform(df: DataFrame) -> DataFrame:
         F.col("queue_offset").cast("long").alias("offset"),
         "message_id", "transaction_id", "producer_group", "topic",
         _json(F.col("keys"), ArrayType(StringType())).alias("keys"),
-        "tag",
+        "tag", "ordering_key",
         _json(F.col("properties"), MapType(StringType(), StringType())).alias("properties"),
         "body", "body_bytes", "created_at", "committed_at",
         _utc_date(F.col("committed_at")).alias("commit_date"),
