@@ -33,6 +33,7 @@ from app.storage.db import make_engine
 from app.storage.topics import watermarks
 from spark_outbox.dataset import OutputDir
 from spark_outbox.errors import EXIT_CANNOT_RUN, EXIT_FAILED, IngestError, java_reason
+from spark_outbox.follow import follow
 from spark_outbox.footers import column_range
 from spark_outbox.gaps import EXIT_GAPS, Gap, find_gaps, past_gaps
 from spark_outbox.plan import (
@@ -81,13 +82,17 @@ class RunReport:
         return sum(self.rows.values())
 
 
-def main(settings: Settings, output_dir: str, topics: str | None) -> int:
-    """Run one ingestion (``topics``: the ``--topics a,b`` option); the process exit code.
+def main(settings: Settings, output_dir: str, topics: str | None, *,
+         follow_seconds: float | None = None) -> int:
+    """Run one ingestion (``topics``: the ``--topics a,b`` option), or, with
+    ``follow_seconds``, one every so many seconds until SIGTERM (``spark_outbox.follow``,
+    one SparkSession for them all); the process exit code.
 
     Failures are one line on stderr.
     """
     logging.getLogger("py4j").setLevel(logging.WARNING)
     environ = os.environ
+    following = follow_seconds is not None
     try:
         source = checked_source(settings)
         requested = check_requested(split_topics(topics))
@@ -95,14 +100,18 @@ def main(settings: Settings, output_dir: str, topics: str | None) -> int:
             check_java(environ)
     except IngestError as exc:
         return _fail(exc)
-    _say(f"txmsg ingest: {source.display} -> {Path(output_dir).resolve()}")
+    _say(f"txmsg ingest: {source.display} -> {Path(output_dir).resolve()}"
+         + (f", every {follow_seconds:g} s until stopped" if following else ""))
     sessions: list[SparkSession] = []
 
     def start_spark(rows: int) -> SparkSession:
+        if sessions:  # following: the session of the first run that read something
+            return sessions[0]
         started = time.monotonic()
         try:
             spark = build_session(settings, environ, [str(source.jar)],
-                                  short=rows <= SHORT_RUN_ROWS)
+                                  short=rows <= SHORT_RUN_ROWS and not following,
+                                  follow=following)
         except Exception as exc:  # noqa: BLE001 - the JVM did not start, whatever the reason
             raise IngestError(f"Spark did not start: {java_reason(exc)}",
                               EXIT_CANNOT_RUN) from None
@@ -111,8 +120,22 @@ def main(settings: Settings, output_dir: str, topics: str | None) -> int:
              f"started in {time.monotonic() - started:.1f} s")
         return spark
 
-    try:
+    def one_run() -> tuple[int, int]:
         report = ingest(start_spark, source, output_dir, requested)
+        if report.ranges or report.gaps or not following:
+            print_report(report)
+        for gap in report.gaps:
+            print(gap.line(), file=sys.stderr, flush=True)
+        return report.total, len(report.gaps)
+
+    try:
+        if following:
+            assert follow_seconds is not None
+            done = follow(one_run, follow_seconds)
+            _say(f"txmsg ingest: stopped after {done.runs} run(s), {done.rows:,} rows")
+            gaps = done.gaps
+        else:
+            _, gaps = one_run()
     except IngestError as exc:
         return _fail(exc)
     except Exception as exc:  # noqa: BLE001 - a Spark or JDBC failure: one line, not a trace
@@ -122,10 +145,7 @@ def main(settings: Settings, output_dir: str, topics: str | None) -> int:
     finally:
         for spark in sessions:
             spark.stop()
-    print_report(report)
-    for gap in report.gaps:
-        print(gap.line(), file=sys.stderr, flush=True)
-    return EXIT_GAPS if report.gaps else 0
+    return EXIT_GAPS if gaps else 0
 
 
 def run(spark: SparkSession, settings: Settings, output_dir: str | Path,
@@ -255,7 +275,7 @@ def transform(df: DataFrame) -> DataFrame:
         F.col("queue_offset").cast("long").alias("offset"),
         "message_id", "transaction_id", "producer_group", "topic",
         _json(F.col("keys"), ArrayType(StringType())).alias("keys"),
-        "tag",
+        "tag", "ordering_key",
         _json(F.col("properties"), MapType(StringType(), StringType())).alias("properties"),
         "body", "body_bytes", "created_at", "committed_at",
         _utc_date(F.col("committed_at")).alias("commit_date"),

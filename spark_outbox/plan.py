@@ -110,3 +110,20 @@ def split_ranges(ranges: Sequence[TopicRange], parts: int) -> list[list[TopicRan
                 queue[0] = TopicRange(r.topic, r.start + take, r.end)
         pieces.append(piece)
     return pieces
+
+
+def limit_ranges(ranges: Sequence[TopicRange], max_rows: int) -> list[TopicRange]:
+    """The first ``max_rows`` offsets of ``ranges`` (a streaming trigger's share), divided
+    among topics in proportion to their backlog, as Spark's Kafka source divides
+    ``maxOffsetsPerTrigger``: no topic waits while another's backlog is read."""
+    total = sum(r.rows for r in ranges)
+    if total <= max_rows:
+        return [r for r in ranges if r.rows > 0]
+    shares = [r.rows * max_rows // total for r in ranges]
+    # the rows the rounding left, one each to the largest remainders (earlier first on ties)
+    by_remainder = sorted(range(len(ranges)),
+                          key=lambda i: (-(ranges[i].rows * max_rows % total), i))
+    for i in by_remainder[:max_rows - sum(shares)]:
+        shares[i] += 1
+    return [TopicRange(r.topic, r.start, r.start + n)
+            for r, n in zip(ranges, shares, strict=True) if n > 0]

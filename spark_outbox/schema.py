@@ -23,6 +23,7 @@ RAW_SCHEMA = StructType([
     StructField("producer_group", StringType()),
     StructField("keys", StringType()),
     StructField("tag", StringType()),
+    StructField("ordering_key", StringType()),
     StructField("properties", StringType()),
     StructField("body", StringType()),
     StructField("body_bytes", BinaryType()),
@@ -30,7 +31,8 @@ RAW_SCHEMA = StructType([
     StructField("committed_at", TimestampType()),
 ])
 
-# what ``transform`` returns; ``topic`` and ``commit_date`` become directories on write
+# what ``transform`` returns, and the streaming source's schema (``spark_outbox.streaming``);
+# ``topic`` and ``commit_date`` become directories on write
 OUTPUT_SCHEMA = StructType([
     StructField("offset", LongType()),
     StructField("message_id", StringType()),
@@ -39,6 +41,7 @@ OUTPUT_SCHEMA = StructType([
     StructField("topic", StringType()),
     StructField("keys", ArrayType(StringType())),
     StructField("tag", StringType()),
+    StructField("ordering_key", StringType()),
     StructField("properties", MapType(StringType(), StringType())),
     StructField("body", StringType()),
     StructField("body_bytes", BinaryType()),

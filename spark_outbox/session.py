@@ -29,6 +29,25 @@ MIN_JAVA = 17
 MAX_OPEN_FILES_PER_TASK = 16
 SHORT_RUN_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1"
 
+# every session that writes the lake, tests' included: instants in UTC, written as Parquet
+# TIMESTAMP(MICROS, UTC) (Spark's default, INT96, reads back as naive nanoseconds in other
+# readers), each task keeping one open file per topic instead of sorting its rows first
+SESSION_CONF = {
+    "spark.sql.session.timeZone": "UTC",
+    "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
+    "spark.sql.maxConcurrentOutputFileWriters": str(MAX_OPEN_FILES_PER_TASK),
+}
+# ``txmsg ingest --follow``: one session for hours of batches; what Spark keeps of finished
+# jobs and queries (even without a UI) stays this small
+FOLLOW_CONF = {
+    "spark.ui.retainedJobs": "20",
+    "spark.ui.retainedStages": "40",
+    "spark.ui.retainedTasks": "2000",
+    "spark.sql.ui.retainedExecutions": "20",
+    "spark.sql.streaming.ui.retainedQueries": "5",
+    "spark.cleaner.periodicGC.interval": "5min",
+}
+
 
 def under_spark_submit(environ: Mapping[str, str]) -> bool:
     # how pyspark itself knows it must attach to a running JVM instead of starting one
@@ -60,22 +79,21 @@ def check_java(environ: Mapping[str, str]) -> None:
 
 
 def build_session(settings: Settings, environ: Mapping[str, str],
-                  jars: Sequence[str] = (), *, short: bool = False) -> SparkSession:
+                  jars: Sequence[str] = (), *, short: bool = False,
+                  follow: bool = False) -> SparkSession:
     """The run's SparkSession, with ``jars`` (JDBC drivers) on the driver and executors.
 
     ``short``: a run of few rows, whose driver JVM (when this process starts it) compiles
     with C1 only: most of such a run is the JVM warming up, and the optimising compiler's
-    threads would take CPU from it rather than pay back.
+    threads would take CPU from it rather than pay back. ``follow``: a session kept for
+    many batches (``FOLLOW_CONF``).
     """
     from pyspark.sql import SparkSession
 
-    builder = (
-        SparkSession.builder.appName("txmsg-ingest")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.ui.showConsoleProgress", "false")
-        # a task writes each topic's rows to an open file instead of sorting them first
-        .config("spark.sql.maxConcurrentOutputFileWriters", str(MAX_OPEN_FILES_PER_TASK))
-    )
+    builder = SparkSession.builder.appName("txmsg-ingest").config(
+        "spark.ui.showConsoleProgress", "false")
+    for key, value in (SESSION_CONF | (FOLLOW_CONF if follow else {})).items():
+        builder = builder.config(key, value)
     if not under_spark_submit(environ):
         master = settings.spark_master or environ.get("SPARK_MASTER")
         if master:

@@ -248,8 +248,13 @@ def checker() -> None:
 @click.option("--output", required=True, type=click.Path(file_okay=False),
               help="Directory of the Parquet dataset (and its checkpoint files).")
 @click.option("--topics", default=None, help="Comma-separated topics (default: all but reserved).")
-def ingest(output: str, topics: str | None) -> None:
-    """One incremental Spark run from the committed views into Parquet under OUTPUT."""
+@click.option("--follow", is_flag=True,
+              help="Keep the dataset current: a run every --interval seconds until SIGTERM.")
+@click.option("--interval", default=5.0, show_default=True, type=click.FloatRange(min=0),
+              help="Seconds from the start of one run to the next, with --follow.")
+def ingest(output: str, topics: str | None, follow: bool, interval: float) -> None:
+    """One incremental Spark run from the committed views into Parquet under OUTPUT
+    (with --follow: one run after another, in one Spark session, until stopped)."""
     import importlib
 
     try:
@@ -260,7 +265,8 @@ def ingest(output: str, topics: str | None) -> None:
         sys.exit(2)
     from spark_outbox.job import main as ingest_main
 
-    sys.exit(ingest_main(_settings(), output, topics))
+    sys.exit(ingest_main(_settings(), output, topics,
+                         follow_seconds=interval if follow else None))
 
 
 # The admin commands, on the database through the domain functions the API uses: one

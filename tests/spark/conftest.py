@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from app.config import Settings
-from spark_outbox.session import LOG4J_CONFIG, MAX_OPEN_FILES_PER_TASK
+from spark_outbox.session import LOG4J_CONFIG, SESSION_CONF
 from tests.spark.helpers import FAST_START_JVM
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
@@ -40,19 +41,22 @@ def spark() -> Iterator[object]:
     from pyspark.sql import SparkSession
 
     settings = Settings()
-    session = (
+    # the streaming source's Python (its planner and tasks) runs with txmsg's packages: the
+    # JVM starts PYSPARK_PYTHON, else whatever python3 is on PATH
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    builder = (
         SparkSession.builder.master("local[2]").appName("txmsg-tests")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.default.parallelism", "2")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.maxConcurrentOutputFileWriters", str(MAX_OPEN_FILES_PER_TASK))
-        .config("spark.sql.session.timeZone", "UTC")
         .config("spark.jars", f"{settings.postgresql_jdbc_jar},{settings.sqlite_jdbc_jar}")
         .config("spark.driver.extraJavaOptions",
                 f"-Dlog4j2.configurationFile={LOG4J_CONFIG} {FAST_START_JVM}")
-        .getOrCreate()
     )
+    for key, value in SESSION_CONF.items():  # the lake's settings, as `txmsg ingest` has them
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
     session.sparkContext.setLogLevel("WARN")
     yield session
     session.stop()

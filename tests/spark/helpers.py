@@ -34,6 +34,7 @@ LAKE_SCHEMA = StructType([
     StructField("producer_group", StringType()),
     StructField("keys", ArrayType(StringType())),
     StructField("tag", StringType()),
+    StructField("ordering_key", StringType()),
     StructField("properties", MapType(StringType(), StringType())),
     StructField("body", StringType()),
     StructField("body_bytes", BinaryType()),

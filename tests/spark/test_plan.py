@@ -12,6 +12,7 @@ from spark_outbox.errors import EXIT_CANNOT_RUN, EXIT_FAILED, IngestError
 from spark_outbox.plan import (
     TopicRange,
     check_requested,
+    limit_ranges,
     partitions_for,
     plan_ranges,
     select_topics,
@@ -172,3 +173,14 @@ def test_progress_lines() -> None:
         "50", "rows/s"]
     assert topic_line("orders", 1500, 2000).split() == [
         "...", "orders", "1,500", "of", "2,000", "rows", "read", "(75%)"]
+
+
+def test_a_trigger_limit_is_shared_among_topics_in_proportion_to_their_backlog() -> None:
+    ranges = [TopicRange("a", 10, 40), TopicRange("b", 0, 10), TopicRange("c", 5, 6)]
+    assert limit_ranges(ranges, 100) == ranges
+    assert limit_ranges(ranges, 8) == [TopicRange("a", 10, 16), TopicRange("b", 0, 2)]
+    # 20 x (30, 10, 1) / 41 = (14.6, 4.9, 0.5): the 2 rows rounding leaves go to the largest
+    # remainders
+    assert limit_ranges(ranges, 20) == [TopicRange("a", 10, 25), TopicRange("b", 0, 5)]
+    assert sum(r.rows for r in limit_ranges(ranges, 1)) == 1
+    assert limit_ranges([TopicRange("a", 0, 0)], 5) == []

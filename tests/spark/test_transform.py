@@ -30,6 +30,7 @@ RAW = StructType([
     StructField("producer_group", StringType()),
     StructField("keys", StringType()),
     StructField("tag", StringType()),
+    StructField("ordering_key", StringType()),
     StructField("properties", StringType()),
     StructField("body", StringType()),
     StructField("body_bytes", BinaryType()),
@@ -45,6 +46,7 @@ OUT = StructType([
     StructField("topic", StringType()),
     StructField("keys", ArrayType(StringType())),
     StructField("tag", StringType()),
+    StructField("ordering_key", StringType()),
     StructField("properties", MapType(StringType(), StringType())),
     StructField("body", StringType()),
     StructField("body_bytes", BinaryType()),
@@ -60,9 +62,9 @@ MIDNIGHT = datetime(2026, 11, 23, 0, 0, 0, tzinfo=UTC)
 
 def test_transform_parses_json_renames_offset_and_dates_commits_in_utc(spark) -> None:  # type: ignore[no-untyped-def]
     raw = spark.createDataFrame([
-        ("orders", 7, "M1", "tx-1", "g", '["k1","k2"]', "created", '{"a":"1","b":"x y"}',
+        ("orders", 7, "M1", "tx-1", "g", '["k1","k2"]', "created", "cart-9", '{"a":"1","b":"x y"}',
          "hé", "hé".encode(), T0, LAST_MICRO),
-        ("orders", 8, "M2", "tx-1", "g", "[]", None, "{}", None, b"\x00\xff", T0, MIDNIGHT),
+        ("orders", 8, "M2", "tx-1", "g", "[]", None, None, "{}", None, b"\x00\xff", T0, MIDNIGHT),
     ], RAW)
     before = spark.conf.get("spark.sql.session.timeZone")
     spark.conf.set("spark.sql.session.timeZone", "America/Los_Angeles")
@@ -70,9 +72,10 @@ def test_transform_parses_json_renames_offset_and_dates_commits_in_utc(spark) ->
         out = transform(raw)
         assertSchemaEqual(out.schema, OUT)
         assertDataFrameEqual(out, spark.createDataFrame([
-            (7, "M1", "tx-1", "g", "orders", ["k1", "k2"], "created", {"a": "1", "b": "x y"},
+            (7, "M1", "tx-1", "g", "orders", ["k1", "k2"], "created", "cart-9",
+             {"a": "1", "b": "x y"},
              "hé", "hé".encode(), T0, LAST_MICRO, date(2026, 11, 22)),
-            (8, "M2", "tx-1", "g", "orders", [], None, {}, None, b"\x00\xff", T0, MIDNIGHT,
+            (8, "M2", "tx-1", "g", "orders", [], None, None, {}, None, b"\x00\xff", T0, MIDNIGHT,
              date(2026, 11, 23)),
         ], OUT))
     finally:
@@ -81,7 +84,7 @@ def test_transform_parses_json_renames_offset_and_dates_commits_in_utc(spark) ->
 
 def test_transform_refuses_keys_that_are_not_json(spark) -> None:  # type: ignore[no-untyped-def]
     raw = spark.createDataFrame([
-        ("orders", 0, "M1", "tx-1", "g", "not json", None, "{}", "x", b"x", T0, T0),
+        ("orders", 0, "M1", "tx-1", "g", "not json", None, None, "{}", "x", b"x", T0, T0),
     ], RAW)
     with pytest.raises(Exception, match="MALFORMED_RECORD_IN_PARSING"):
         transform(raw).collect()
@@ -91,7 +94,8 @@ def test_transform_refuses_keys_that_are_not_json(spark) -> None:  # type: ignor
 def test_transform_refuses_json_of_another_shape(spark, column: str, value: str) -> None:  # type: ignore[no-untyped-def]
     row = {"keys": "[]", "properties": "{}", column: value}
     raw = spark.createDataFrame([
-        ("orders", 0, "M1", "tx-1", "g", row["keys"], None, row["properties"], "x", b"x", T0, T0),
+        ("orders", 0, "M1", "tx-1", "g", row["keys"], None, None, row["properties"], "x", b"x",
+         T0, T0),
     ], RAW)
     with pytest.raises(Exception, match="INVALID_VARIANT_CAST"):
         transform(raw).collect()
