@@ -61,13 +61,10 @@ def missing_sqlite_file(database_url: str) -> Path | None:
     None for any other database (or an in-memory one, or a ``file:`` URI)."""
     from sqlalchemy.engine import make_url
 
+    from app.storage.dialects import dialect_for_url
+
     url = make_url(database_url)
-    database = url.database
-    if (url.get_backend_name() != "sqlite" or not database or database == ":memory:"
-            or url.query.get("uri")):
-        return None
-    path = Path(database).absolute()
-    return None if path.exists() else path
+    return dialect_for_url(url).missing_file(url)
 
 
 def or_exit(step: Callable[..., T], *args: Any, **kwargs: Any) -> T:

@@ -18,6 +18,7 @@ Two kinds of difference live here:
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, ClassVar
 
 from sqlalchemy import BigInteger, Connection, Engine, Select, Table, any_, func, literal
@@ -104,6 +105,12 @@ class Dialect:
         """The URL with the driver txmsg uses for this database."""
         return url
 
+    def missing_file(self, url: URL) -> Path | None:
+        """The absolute path of the database file ``url`` names when there is none (an
+        admin command must not create an empty store); None for a database that is not a
+        file of this process's."""
+        return None
+
 
 class PostgreSQL(Dialect):
     backend = "postgresql"
@@ -150,6 +157,14 @@ class PostgreSQL(Dialect):
 
 class SQLite(Dialect):
     backend = "sqlite"
+
+    def missing_file(self, url: URL) -> Path | None:
+        """In memory or a ``file:`` URI: none to miss."""
+        database = url.database
+        if not database or database == ":memory:" or url.query.get("uri"):
+            return None
+        path = Path(database).absolute()
+        return None if path.exists() else path
     in_process = True
     roles = False
     one_writer = True
