@@ -247,7 +247,7 @@ def test_the_server_installs_without_pyspark() -> None:
     base = [Requirement(r).name for r in project["dependencies"]]
     assert "pyspark" not in base
     extras = project["optional-dependencies"]
-    assert [Requirement(r).name for r in extras["spark"]] == ["pyspark"]
+    assert [Requirement(r).name for r in extras["spark"]] == ["pyspark", "pyarrow"]
     assert "txmsg[spark]" in extras["dev"]
 
 
