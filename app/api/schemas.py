@@ -17,7 +17,7 @@ from typing_extensions import TypedDict  # pydantic needs this one before Python
 
 from app.domain.limits import MAX_INT64
 from app.domain.messages import MAX_CHECK_URLS, Body, BodyBase64, CallbackUrl, Keys, Properties, Tag
-from app.domain.names import DISCARD_TOPIC, NAME_PATTERN, GroupName, TopicName, TransactionId
+from app.domain.names import DISCARD_TOPIC, GroupName, Name, TopicName, TransactionId
 from app.domain.tokens import Scope, TokenId
 from app.vocabulary import Resolution, State
 
@@ -295,7 +295,7 @@ class Backoff(TypedDict):
 @with_config(_CLOSED)
 class Subscription(TypedDict):
     topic: TopicName
-    subscription: Annotated[str, Field(json_schema_extra={"pattern": NAME_PATTERN})]
+    subscription: Name
     ack_timeout_ms: Annotated[int, Field(ge=1000, le=43_200_000)]
     max_redeliveries: Annotated[int, Field(ge=0, le=1000)]
     redelivery_backoff: Backoff

@@ -19,7 +19,7 @@ from sqlalchemy import Connection, Engine
 
 from app.domain import subscriptions as subs
 from app.domain.lifecycle import utcnow
-from app.domain.names import is_valid_name, is_valid_transaction_id
+from app.domain.names import check_name, is_valid_transaction_id
 from app.errors import InvalidRequest, NotFound
 from app.storage import checks, log
 from app.storage import groups as group_store
@@ -124,10 +124,8 @@ def parse_state(state: str | None) -> State | None:
 def parse_group(group: str | None) -> str | None:
     if not group:
         return None
-    if not is_valid_name(group):
-        raise InvalidRequest(f"{group[:200]!r} is not a producer group name",
-                             code="invalid_query_parameter", parameter="group")
-    return group
+    return check_name("producer group name", group, code="invalid_query_parameter",
+                      parameter="group")
 
 
 def transactions(engine: Engine, only_groups: Collection[str] | None, *, group: str | None,

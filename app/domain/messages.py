@@ -31,10 +31,11 @@ from app.domain.callback_policy import CallbackPolicy, CallbackUrlError
 from app.domain.limits import MAX_DELAY_MS, MAX_INT64, latest_delivery
 from app.domain.names import (
     NAME_MAX_LENGTH,
-    NAME_PATTERN,
+    TRANSACTION_ID_RULE,
     Name,
     TopicName,
     TransactionId,
+    check_name_field,
     is_internal_topic,
     is_reserved_topic,
     is_valid_name,
@@ -148,12 +149,10 @@ class MessageIn(BaseModel):
     @field_validator("topic")
     @classmethod
     def _topic(cls, topic: str) -> str:
-        refusal = "invalid_topic" if len(topic) > NAME_MAX_LENGTH else _send_topic_refusal(topic)
-        if refusal == "invalid_topic":
-            raise _custom(refusal, f"topic {topic!r} must match {NAME_PATTERN}")
-        if refusal is not None:
-            raise _custom(refusal, f"topic {topic!r} is reserved and cannot be sent to")
-        return topic
+        if len(topic) <= NAME_MAX_LENGTH and _send_topic_refusal(topic) is None:
+            return topic
+        check_name_field("topic", topic, code="invalid_topic")
+        raise _custom("reserved_topic", f"topic {topic!r} is reserved and cannot be sent to")
 
     @field_validator("tag")
     @classmethod
@@ -229,8 +228,7 @@ class AckIn(BaseModel):
     @field_validator("topic")
     @classmethod
     def _topic(cls, topic: str) -> str:
-        if not is_valid_name(topic):
-            raise _custom("invalid_topic", f"topic {topic!r} must match {NAME_PATTERN}")
+        check_name_field("topic", topic, code="invalid_topic")
         if is_internal_topic(topic):
             raise _custom("reserved_topic", f"topic {topic!r} is internal")
         return topic
@@ -238,10 +236,7 @@ class AckIn(BaseModel):
     @field_validator("subscription")
     @classmethod
     def _subscription(cls, name: str) -> str:
-        if not is_valid_name(name):
-            raise _custom("invalid_subscription",
-                          f"subscription {name!r} must match {NAME_PATTERN}")
-        return name
+        return check_name_field("subscription", name, code="invalid_subscription")
 
     @field_validator("offsets")
     @classmethod
@@ -275,8 +270,7 @@ class TransactionOptions(BaseModel):
     @classmethod
     def _txid(cls, txid: str | None) -> str | None:
         if txid is not None and not is_valid_transaction_id(txid):
-            raise _custom("invalid_transaction_id",
-                          "transaction_id: 1..128 characters, no whitespace, '/', '?' or '#'")
+            raise _custom("invalid_transaction_id", TRANSACTION_ID_RULE)
         return txid
 
     @field_validator("check_url")

@@ -9,12 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator, m
 from pydantic_core import PydanticCustomError
 
 from app.domain.limits import MAX_DELAY_MS, MAX_INT64
-from app.domain.names import (
-    NAME_PATTERN,
-    TopicName,
-    is_reserved_topic,
-    is_valid_name,
-)
+from app.domain.names import TopicName, check_name, check_name_field, is_reserved_topic
 from app.errors import InvalidRequest
 
 MAX_BACKOFF_MS = 3_600_000
@@ -84,9 +79,7 @@ class SubscriptionIn(BaseModel):
     def _dead_letter_topic(cls, topic: str | None) -> str | None:
         if topic is None:
             return None
-        if not is_valid_name(topic):
-            raise _custom("invalid_topic", f"dead_letter_topic {topic!r} must match "
-                          f"{NAME_PATTERN}")
+        check_name_field("dead_letter_topic", topic, code="invalid_topic")
         if is_reserved_topic(topic):
             raise _custom("reserved_topic", f"topic {topic!r} is reserved and cannot be a "
                           "dead-letter topic")
@@ -130,10 +123,7 @@ class SeekIn(BaseModel):
 
 
 def check_subscription_name(name: str) -> str:
-    if not is_valid_name(name):
-        raise InvalidRequest(f"subscription name {name!r} must match {NAME_PATTERN}",
-                             code="invalid_subscription")
-    return name
+    return check_name("subscription name", name, code="invalid_subscription")
 
 
 def default_dead_letter_topic(topic: str, name: str) -> str:
@@ -185,8 +175,7 @@ def named_settings(topic: str, name: str, request: SubscriptionIn, *, new: bool
 
 def _dead_letter_topic_to_store(topic: str, name: str, request: SubscriptionIn) -> str:
     dead_letter = dead_letter_topic(topic, name, request)
-    if request.dead_letter_topic is None and not is_valid_name(dead_letter):
-        raise InvalidRequest(
-            f"the default dead-letter topic {dead_letter[:200]!r} would break the name rule "
-            f"{NAME_PATTERN}; give dead_letter_topic", code="invalid_dead_letter_topic")
+    if request.dead_letter_topic is None:
+        check_name("the default dead-letter topic (give dead_letter_topic)", dead_letter,
+                   code="invalid_dead_letter_topic")
     return dead_letter
