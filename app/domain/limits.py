@@ -1,5 +1,6 @@
-"""Bounds on offsets, counts and delays: the one home of each limit that arithmetic on
-offsets or times must respect, asked by the models, the API, the CLI and the domain.
+"""Bounds on offsets, counts, delays and settings: the one home of each limit that a
+request is held to or that arithmetic on offsets or times must respect, asked by the
+models, the answers' shapes, the API's pages, the CLI and the domain.
 
 Each sum of an offset and a count is bounded where it is written (``offset_plus``), so
 that no value past the database's ``BIGINT`` reaches it; each delay is at most
@@ -13,6 +14,22 @@ from datetime import datetime, timedelta
 MAX_INT64 = 2**63 - 1  # the database's BIGINT: offsets, cursors
 MAX_DELAY_MS = 864_000_000  # ten days: deliver_after_ms, deliver_at, a nack's delay_ms
 MAX_DELAY = timedelta(milliseconds=MAX_DELAY_MS)
+
+# a page of a listing (``limit``): its default and its largest size; the CLI reads whole
+# listings in pages of the largest
+DEFAULT_PAGE_LIMIT = 100
+MAX_PAGE_LIMIT = 1000
+
+# a subscription's settings
+MIN_ACK_TIMEOUT_MS = 1000
+MAX_ACK_TIMEOUT_MS = 43_200_000  # twelve hours
+MAX_REDELIVERIES = 1000
+MAX_BACKOFF_MS = 3_600_000  # an hour: either bound of the redelivery backoff
+
+# a transaction's checks and a producer group's check callbacks
+MAX_CHECK_IMMUNITY_SECONDS = 365 * 24 * 3600  # a year
+MIN_CHECK_TIMEOUT_MS = 100
+MAX_CHECK_TIMEOUT_MS = 60_000
 
 
 def offset_plus(offset: int, count: int) -> int:

@@ -8,11 +8,17 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from app.domain.limits import MAX_DELAY_MS, MAX_INT64
+from app.domain.limits import (
+    MAX_ACK_TIMEOUT_MS,
+    MAX_BACKOFF_MS,
+    MAX_DELAY_MS,
+    MAX_INT64,
+    MAX_REDELIVERIES,
+    MIN_ACK_TIMEOUT_MS,
+)
 from app.domain.names import TopicName, check_name, check_name_field, is_reserved_topic
 from app.errors import InvalidRequest
 
-MAX_BACKOFF_MS = 3_600_000
 MAX_RECEIVE = 1000
 MAX_WAIT_MS = 30_000
 MAX_OFFSETS = 1000
@@ -63,9 +69,9 @@ class SubscriptionIn(BaseModel):
     initial_position: Literal["latest", "earliest"] = Field("latest", description=(
         "Where a new subscription starts: at the topic's next offset, or at its first "
         "retained one. Counts only at creation."))
-    ack_timeout_ms: StrictInt = Field(30000, ge=1000, le=43_200_000, description=(
+    ack_timeout_ms: StrictInt = Field(30000, ge=MIN_ACK_TIMEOUT_MS, le=MAX_ACK_TIMEOUT_MS, description=(
         "How long a received message stays leased to its receive."))
-    max_redeliveries: StrictInt = Field(16, ge=0, le=1000, description=(
+    max_redeliveries: StrictInt = Field(16, ge=0, le=MAX_REDELIVERIES, description=(
         "A message delivered 1 + this many times without an acknowledgement goes to the "
         "dead-letter topic."))
     redelivery_backoff: BackoffIn = Field(default_factory=BackoffIn)

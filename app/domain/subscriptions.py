@@ -33,9 +33,9 @@ from sqlalchemy import Engine
 from app import metrics
 from app.domain.clock import utcnow
 from app.domain.leasing import backoff_ms
+from app.domain.limits import MAX_BACKOFF_MS
 from app.domain.subscription_acks import Nacked, ack, nack, renew, seek
 from app.domain.subscription_models import (
-    MAX_BACKOFF_MS,
     MAX_OFFSETS,
     MAX_RECEIVE,
     MAX_WAIT_MS,

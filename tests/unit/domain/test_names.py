@@ -23,8 +23,8 @@ from app.domain.names import (
     check_readable_topic,
     is_internal_topic,
     is_reserved_topic,
-    new_message_id,
     name_refusal,
+    new_message_id,
     new_message_ids,
 )
 from app.errors import InvalidRequest
