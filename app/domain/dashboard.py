@@ -17,8 +17,8 @@ from typing import Any
 import orjson
 from sqlalchemy import Connection, Engine
 
+from app.domain import clock
 from app.domain import subscriptions as subs
-from app.domain.lifecycle import utcnow
 from app.domain.names import check_name, is_valid_transaction_id
 from app.errors import InvalidRequest, NotFound
 from app.storage import checks, log
@@ -71,12 +71,12 @@ def topics(engine: Engine, only_topics: Collection[str] | None) -> list[TopicLin
     """The first ``OVERVIEW_TOPICS`` topics by name, with their offsets and how many
     messages each had committed in the last hour."""
     with engine.connect() as conn:
-        return _topic_lines(conn, only_topics, utcnow() - RECENT)
+        return _topic_lines(conn, only_topics, clock.utcnow() - RECENT)
 
 
 def overview(engine: Engine, only_groups: Collection[str] | None,
              only_topics: Collection[str] | None) -> Overview:
-    now = utcnow()
+    now = clock.utcnow()
     since = now - RECENT
     with engine.connect() as conn:
         lines = _topic_lines(conn, only_topics, since)

@@ -40,3 +40,13 @@ def offset_plus(offset: int, count: int) -> int:
 def latest_delivery(now: datetime) -> datetime:
     """The latest time a message sent at ``now`` may ask to be delivered at."""
     return now + MAX_DELAY
+
+
+def within_budget(taken: int, used: int, size: int, max_bytes: int) -> bool:
+    """Whether a page or a receive that holds ``taken`` messages of ``used`` body bytes
+    takes the next one, of ``size`` bytes: at most ``max_bytes`` of bodies, but at least
+    one message. The SQL that cuts a page or a first delivery (``app.storage.log.read_page``,
+    ``app.storage.subscription_leases.first_deliveries``) writes it as a running sum:
+    ``sum(size) OVER (ORDER BY offset) <= max_bytes OR row_number() = 1``
+    (tests/integration/test_budgets.py runs both on the same rows)."""
+    return taken == 0 or used + size <= max_bytes

@@ -27,6 +27,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from app.domain import clock
 from app.domain.callback_policy import CallbackPolicy, CallbackUrlError
 from app.domain.limits import (
     MAX_CHECK_IMMUNITY_SECONDS,
@@ -148,7 +149,7 @@ class MessageIn(BaseModel):
         except OverflowError:  # the year 1 or 9999 moved past the calendar's end
             raise _custom("invalid_deliver_at",
                           f"deliver_at {value[:64]!r} is out of the calendar") from None
-        if utc > latest_delivery(datetime.now(UTC)):
+        if utc > latest_delivery(clock.utcnow()):
             raise _custom("out_of_range", f"deliver_at is at most {MAX_DELAY_MS // 86_400_000} "
                           "days ahead (as deliver_after_ms)")
         return when

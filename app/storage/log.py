@@ -64,6 +64,7 @@ def _page() -> Select[Any]:
                      message_log.c.queue_offset >= bindparam("from_offset"),
                      message_log.c.queue_offset < bindparam("end"))
               .subquery("window"))
+    # at most max_bytes, but at least one (``app.domain.limits.within_budget``)
     page = (select(*[c for c in window.c if c.name not in ("running", "n")])
             .where(or_(window.c.running <= bindparam("max_bytes"), window.c.n == 1))
             .subquery("page"))

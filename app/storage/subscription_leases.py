@@ -109,7 +109,9 @@ def add_leased(conn: Connection, sub_id: int, offsets: Sequence[int], until: dat
 # deliver again or dead-letter, nothing expired), whose first deliveries are leased until
 # now + the ack timeout (``leasing.lease_until``), deliverable again after the backoff of
 # redelivery count 0 (``leasing.redeliverable_at``), which is LEAST(min_ms, max_ms)
-# (``leasing.backoff_ms``; tests/unit/domain/test_leasing.py holds the two to each other)
+# (``leasing.backoff_ms``); its picks take at most max_bytes, but at least one
+# (``limits.within_budget``). tests/integration/test_budgets.py runs it on PostgreSQL and
+# holds its leases and picks to those functions.
 _FIRST_DELIVERIES = text("""
 WITH sub AS (
     SELECT id, read_offset, ack_cursor, ack_timeout_ms, backoff_min_ms, backoff_max_ms,
@@ -150,7 +152,7 @@ WITH sub AS (
           AND m.queue_offset < LEAST(plain.read_offset, :max_offset - :max_messages)
                                + :max_messages
         ORDER BY m.queue_offset LIMIT :max_messages) AS w
-), picked AS (
+), picked AS (  -- at most max_bytes, but at least one (limits.within_budget)
     SELECT * FROM window_
     WHERE (used <= :max_bytes OR n = 1)
       AND queue_offset < ALL (SELECT queue_offset FROM window_ WHERE delayed)
