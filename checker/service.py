@@ -33,10 +33,9 @@ from sqlalchemy import Engine
 
 from app import metrics, tracing
 from app.config import Settings
-from app.domain import spans
+from app.domain import clock, spans
 from app.domain.callback_policy import CallbackPolicy
 from app.domain.checks import DB_ERRORS, Checks, Claim, Delivery
-from app.domain.lifecycle import utcnow
 from app.domain.retention import Retention
 from app.errors import one_line
 from app.logs import safe_url
@@ -92,12 +91,12 @@ class CheckService:
         self._scheduler.add_job(
             poll_job, "interval", args=(self,), seconds=self.settings.checker_poll_seconds,
             id=POLL_JOB_ID, name=POLL_JOB_ID, executor=_EXECUTOR, replace_existing=True,
-            max_instances=1, coalesce=True, next_run_time=utcnow())
+            max_instances=1, coalesce=True, next_run_time=clock.utcnow())
         self._scheduler.add_job(
             retention_job, "interval", args=(self,),
             seconds=self.settings.retention_interval_seconds, id=RETENTION_JOB_ID,
             name=RETENTION_JOB_ID, executor=_RETENTION_EXECUTOR, replace_existing=True,
-            max_instances=1, coalesce=True, next_run_time=utcnow())
+            max_instances=1, coalesce=True, next_run_time=clock.utcnow())
         self._scheduler.start()
         log.info("check service %s started (poll %.2gs, %d workers)", self.owner,
                  self.settings.checker_poll_seconds, self.settings.checker_concurrency)

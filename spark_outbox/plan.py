@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from app.domain.names import is_internal_topic, is_reserved_topic, is_valid_name
+from app.domain.names import is_internal_topic, is_reserved_topic, name_refusal
 from spark_outbox.errors import EXIT_CANNOT_RUN, EXIT_FAILED, IngestError
 
 # below this, one more JDBC read (a query, a task, a file per topic) costs more than it saves
@@ -41,8 +41,9 @@ def check_requested(topics: Sequence[str] | None) -> list[str] | None:
         return None
     out: list[str] = []
     for topic in topics:
-        if not is_valid_name(topic):
-            raise IngestError(f"{topic!r} is not a topic name", EXIT_CANNOT_RUN)
+        refusal = name_refusal("topic", topic)
+        if refusal is not None:
+            raise IngestError(f"{refusal} (not a topic name)", EXIT_CANNOT_RUN)
         if is_internal_topic(topic):
             raise IngestError(f"topic {topic} is internal and is never ingested",
                               EXIT_CANNOT_RUN)

@@ -23,7 +23,7 @@ from typing import Any, NamedTuple, TypeVar
 from urllib.parse import parse_qsl
 
 from app.domain.access import Principal
-from app.domain.limits import MAX_INT64
+from app.domain.limits import DEFAULT_PAGE_LIMIT, MAX_INT64, MAX_PAGE_LIMIT
 from app.errors import InvalidRequest
 
 T = TypeVar("T")
@@ -78,7 +78,7 @@ class Call:
         return value
 
     def limit_arg(self) -> int:
-        return self.int_arg("limit", 100, 1, 1000)
+        return self.int_arg("limit", DEFAULT_PAGE_LIMIT, 1, MAX_PAGE_LIMIT)
 
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)`` off the event loop (where there is one to keep free)."""

@@ -27,7 +27,7 @@ from app.api.bodies import SMALL_BODY_BYTES
 from app.api.http import PROBLEM_MEDIA_TYPE
 from app.api.routes import ROUTES, Route
 from app.api.schemas import CheckRequest, CheckResponse, Problem
-from app.domain.limits import MAX_INT64
+from app.domain.limits import DEFAULT_PAGE_LIMIT, MAX_INT64, MAX_PAGE_LIMIT
 from app.domain.names import DISCARD_TOPIC, GroupName, Name, TransactionId
 from app.domain.tokens import TokenId
 from app.vocabulary import State
@@ -203,7 +203,8 @@ class _Builder:
             "message_id": path("message_id", TransactionId, "0F8E3B0C9D2A4C6E8F1A2B3C4D5E6F70"),
             "subscription": path("subscription", Name, "billing"),
             "limit": query("limit", "Page size; out of range → 400.",
-                           {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100}),
+                           {"type": "integer", "minimum": 1, "maximum": MAX_PAGE_LIMIT,
+                            "default": DEFAULT_PAGE_LIMIT}),
             "from_offset": query("from_offset", "First offset of the page.",
                                  {"type": "integer", "minimum": 0, "maximum": MAX_INT64,
                                   "default": 0}),

@@ -15,9 +15,17 @@ from typing import Annotated, Literal, NotRequired
 from pydantic import ConfigDict, Field, with_config
 from typing_extensions import TypedDict  # pydantic needs this one before Python 3.12
 
-from app.domain.limits import MAX_INT64
+from app.domain.limits import (
+    MAX_ACK_TIMEOUT_MS,
+    MAX_BACKOFF_MS,
+    MAX_CHECK_TIMEOUT_MS,
+    MAX_INT64,
+    MAX_REDELIVERIES,
+    MIN_ACK_TIMEOUT_MS,
+    MIN_CHECK_TIMEOUT_MS,
+)
 from app.domain.messages import MAX_CHECK_URLS, Body, BodyBase64, CallbackUrl, Keys, Properties, Tag
-from app.domain.names import DISCARD_TOPIC, NAME_PATTERN, GroupName, TopicName, TransactionId
+from app.domain.names import DISCARD_TOPIC, GroupName, Name, TopicName, TransactionId
 from app.domain.tokens import Scope, TokenId
 from app.vocabulary import Resolution, State
 
@@ -33,7 +41,7 @@ MessageId = Annotated[str, Field(description=(
     "are the Unix time in milliseconds it was made). Treat it as an opaque string."))]
 Offset = Annotated[int, Field(ge=0, le=MAX_INT64, description="Dense per topic, from 0.")]
 CheckUrls = Annotated[list[CallbackUrl], Field(min_length=1, max_length=MAX_CHECK_URLS)]
-CheckTimeoutMs = Annotated[int, Field(ge=100, le=60000)]
+CheckTimeoutMs = Annotated[int, Field(ge=MIN_CHECK_TIMEOUT_MS, le=MAX_CHECK_TIMEOUT_MS)]
 
 
 @with_config(_CLOSED)
@@ -288,16 +296,16 @@ class Problem(TypedDict):
 
 @with_config(_CLOSED)
 class Backoff(TypedDict):
-    min_ms: Annotated[int, Field(ge=0, le=3_600_000)]
-    max_ms: Annotated[int, Field(ge=0, le=3_600_000)]
+    min_ms: Annotated[int, Field(ge=0, le=MAX_BACKOFF_MS)]
+    max_ms: Annotated[int, Field(ge=0, le=MAX_BACKOFF_MS)]
 
 
 @with_config(_CLOSED)
 class Subscription(TypedDict):
     topic: TopicName
-    subscription: Annotated[str, Field(json_schema_extra={"pattern": NAME_PATTERN})]
-    ack_timeout_ms: Annotated[int, Field(ge=1000, le=43_200_000)]
-    max_redeliveries: Annotated[int, Field(ge=0, le=1000)]
+    subscription: Name
+    ack_timeout_ms: Annotated[int, Field(ge=MIN_ACK_TIMEOUT_MS, le=MAX_ACK_TIMEOUT_MS)]
+    max_redeliveries: Annotated[int, Field(ge=0, le=MAX_REDELIVERIES)]
     redelivery_backoff: Backoff
     dead_letter_topic: TopicName
     backlog: Annotated[int, Field(ge=0, description=(

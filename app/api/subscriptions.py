@@ -20,9 +20,8 @@ from app.domain import spans
 from app.domain import subscriptions as subs
 from app.domain.access import CONSUME
 from app.domain.messages import parse_body
-from app.domain.names import check_readable_topic, is_valid_name
+from app.domain.names import check_name, check_readable_topic
 from app.domain.wakeups import RECHECK_SECONDS
-from app.errors import InvalidRequest
 
 
 def _names(call: Call) -> tuple[str, str]:
@@ -61,9 +60,9 @@ def list_subscriptions(call: Call) -> Answer:
     """The topic's subscriptions by name; ``after`` pages."""
     topic = check_readable_topic(call.params["topic"])
     after = call.query.get("after")
-    if after is not None and not is_valid_name(after):
-        raise InvalidRequest(f"query parameter after must be a subscription name, got "
-                             f"{after!r}", code="invalid_query_parameter", parameter="after")
+    if after is not None:
+        check_name("query parameter after (a subscription name)", after,
+                   code="invalid_query_parameter", parameter="after")
     return 200, call.state.subscriptions.list(topic, after or "", call.limit_arg())
 
 

@@ -7,16 +7,15 @@ from app.api.http import parse_json
 from app.domain import reads, retention
 from app.domain.access import CONSUME, names_allowed
 from app.domain.messages import parse_topic_retention
-from app.domain.names import check_message_id, check_readable_topic, is_valid_name
-from app.errors import InvalidRequest
+from app.domain.names import check_message_id, check_name, check_readable_topic
 
 
 def list_topics(call: Call) -> Answer:
     """Topics with a committed message and their next offset, by name; ``after`` pages."""
     after = call.query.get("after")
-    if after is not None and not is_valid_name(after):
-        raise InvalidRequest(f"query parameter after must be a topic name, got {after!r}",
-                             code="invalid_query_parameter", parameter="after")
+    if after is not None:
+        check_name("query parameter after (a topic name)", after,
+                   code="invalid_query_parameter", parameter="after")
     only = names_allowed(call.principal.scopes, CONSUME)
     return 200, reads.list_topics(call.state.engine, after or "", call.limit_arg(), only)
 

@@ -8,9 +8,10 @@ from typing import Any
 import click
 
 from app.cli.common import JSON_HELP, dump_json, fields, load_settings, make_engine, or_exit, table
+from app.domain.limits import MAX_PAGE_LIMIT
 
 COLUMNS = ("topic", "subscription", "backlog", "in_flight", "ack_cursor", "created_at")
-PAGE = 1000
+PAGE = MAX_PAGE_LIMIT  # the most one read returns
 
 
 @click.group("subscriptions")

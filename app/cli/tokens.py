@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from app.cli.common import JSON_HELP, dump_json, make_engine, or_exit, table
+from app.domain.limits import MAX_PAGE_LIMIT
 
 COLUMNS = ("token_id", "name", "scopes", "created_at")
 
@@ -45,7 +46,7 @@ def list_(as_json: bool) -> None:
 
     engine, found, after = make_engine(), [], 0
     while True:
-        page = or_exit(domain.list_tokens, engine, after, 1000)
+        page = or_exit(domain.list_tokens, engine, after, MAX_PAGE_LIMIT)
         found += page["tokens"]
         if page["next_after"] is None:
             break

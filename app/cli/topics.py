@@ -16,9 +16,10 @@ from app.cli.common import (
     or_exit,
     table,
 )
+from app.domain.limits import MAX_PAGE_LIMIT
 
 COLUMNS = ("topic", "first_offset", "next_offset", "retention_seconds")
-PAGE = 1000
+PAGE = MAX_PAGE_LIMIT  # the most one read returns
 
 
 @click.group("topics")

@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from app.cli.common import JSON_HELP, dump_json, fields, load_settings, make_engine, or_exit, table
+from app.domain.limits import MAX_PAGE_LIMIT
 
 LIST_COLUMNS = ("producer_group", "transaction_id", "state", "check_times", "message_count",
                 "created_at", "resolved_at")
@@ -16,7 +17,7 @@ SHOW_FIELDS = ("producer_group", "transaction_id", "state", "check_times", "mess
                "check_immunity_seconds")
 MESSAGE_COLUMNS = ("message_id", "topic", "offset", "tag", "keys")
 CHECK_COLUMNS = ("check_times", "created_at", "result", "url", "detail")
-PAGE = 1000  # the most one read returns (the API's largest limit)
+PAGE = MAX_PAGE_LIMIT  # the most one read returns
 
 
 @click.group("transactions")

@@ -11,7 +11,7 @@ import re
 from collections.abc import Collection
 from dataclasses import dataclass
 
-from app.domain.names import NAME_PATTERN
+from app.domain.names import NAME_BODY
 
 ADMIN = "admin"
 PRODUCE = "produce"
@@ -20,7 +20,7 @@ METRICS = "metrics"
 ANY_NAME = "*"
 ACTIONS = (ADMIN, PRODUCE, CONSUME, METRICS)
 SCOPE_PATTERN = (rf"^(?:{ADMIN}|{METRICS}|(?:{PRODUCE}|{CONSUME}):"
-                 rf"(?:\*|{NAME_PATTERN[1:-1]}))$")
+                 rf"(?:\*|{NAME_BODY}))$")
 _SCOPE_RE = re.compile(SCOPE_PATTERN)
 
 

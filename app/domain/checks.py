@@ -36,8 +36,8 @@ from sqlalchemy import exc as sa_exc
 
 from app import metrics
 from app.config import Settings
-from app.domain import signing
-from app.domain.lifecycle import Lifecycle, utcnow
+from app.domain import clock, signing
+from app.domain.lifecycle import Lifecycle
 from app.domain.limits import CHECK_PAYLOAD_BYTES
 from app.domain.messages import ProducerGroupIn
 from app.domain.reads import body_fields, message_meta
@@ -200,7 +200,7 @@ class Checks:
         group's up to its share; and whether due transactions were passed over because
         their group's share is full (claim again: other groups may have some due).
         Each claim counts in its group's share until ``done``."""
-        now = utcnow()
+        now = clock.utcnow()
         with self.engine.connect() as conn:
             if not checks.any_due(conn, now):
                 return [], False
@@ -281,7 +281,7 @@ class Checks:
         def write() -> bool:
             nonlocal tries
             tries += 1
-            now = utcnow()
+            now = clock.utcnow()
             with write_transaction(self.engine) as conn:
                 if checks.record_check(
                         conn, txn_id=claim.txn_id, owner=self.owner, check_times=number,
@@ -331,7 +331,7 @@ class Checks:
 
     def _release_due(self, claim: Claim) -> None:
         with write_transaction(self.engine) as conn:
-            checks.release(conn, claim.txn_id, self.owner, due_at=utcnow())
+            checks.release(conn, claim.txn_id, self.owner, due_at=clock.utcnow())
 
     def _retrying(self, work: Callable[[], T]) -> T:
         """``work()``, tried again with a growing pause while the database fails, for at

@@ -17,9 +17,9 @@ from typing import Any
 import orjson
 from sqlalchemy import Connection, Engine
 
+from app.domain import clock
 from app.domain import subscriptions as subs
-from app.domain.lifecycle import utcnow
-from app.domain.names import is_valid_name, is_valid_transaction_id
+from app.domain.names import check_name, is_valid_transaction_id
 from app.errors import InvalidRequest, NotFound
 from app.storage import checks, log
 from app.storage import groups as group_store
@@ -71,12 +71,12 @@ def topics(engine: Engine, only_topics: Collection[str] | None) -> list[TopicLin
     """The first ``OVERVIEW_TOPICS`` topics by name, with their offsets and how many
     messages each had committed in the last hour."""
     with engine.connect() as conn:
-        return _topic_lines(conn, only_topics, utcnow() - RECENT)
+        return _topic_lines(conn, only_topics, clock.utcnow() - RECENT)
 
 
 def overview(engine: Engine, only_groups: Collection[str] | None,
              only_topics: Collection[str] | None) -> Overview:
-    now = utcnow()
+    now = clock.utcnow()
     since = now - RECENT
     with engine.connect() as conn:
         lines = _topic_lines(conn, only_topics, since)
@@ -124,10 +124,8 @@ def parse_state(state: str | None) -> State | None:
 def parse_group(group: str | None) -> str | None:
     if not group:
         return None
-    if not is_valid_name(group):
-        raise InvalidRequest(f"{group[:200]!r} is not a producer group name",
-                             code="invalid_query_parameter", parameter="group")
-    return group
+    return check_name("producer group name", group, code="invalid_query_parameter",
+                      parameter="group")
 
 
 def transactions(engine: Engine, only_groups: Collection[str] | None, *, group: str | None,

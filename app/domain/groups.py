@@ -15,8 +15,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine
 
 from app.config import Settings
-from app.domain import signing
-from app.domain.lifecycle import utcnow
+from app.domain import clock, signing
 from app.domain.messages import ProducerGroupIn
 from app.errors import InvalidRequest, NotFound
 from app.storage import groups
@@ -25,7 +24,7 @@ from app.storage.schema import AnyRow
 
 
 def _shape(row: AnyRow) -> dict[str, Any]:
-    now = utcnow()
+    now = clock.utcnow()
     overlap = row.previous_secret_expires_at
     return {"producer_group": row.name, "check_urls": groups.check_urls(row),
             "check_timeout_ms": row.check_timeout_ms, "signing_secret": row.signing_secret,
@@ -48,7 +47,7 @@ def register(engine: Engine, name: str, request: ProducerGroupIn) -> dict[str, A
     """Register the group, or change what the request names of its registration (what it
     leaves out keeps its value). A group is registered with its ``check_urls``."""
     named = request.named()
-    now = utcnow()
+    now = clock.utcnow()
     with write_transaction(engine) as conn:
         if "check_urls" in named:
             groups.upsert(conn, name, named["check_urls"], request.check_timeout_ms, now,
@@ -73,7 +72,7 @@ def delete(engine: Engine, name: str) -> None:
 
 def rotate_secret(engine: Engine, settings: Settings, name: str) -> dict[str, Any]:
     """A new signing secret; the one it replaces signs too during the overlap."""
-    now = utcnow()
+    now = clock.utcnow()
     until = now + timedelta(seconds=settings.signing_secret_overlap_seconds)
     with write_transaction(engine) as conn:
         if not groups.rotate_secret(conn, name, signing.new_secret(), now, until):

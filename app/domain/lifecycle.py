@@ -11,7 +11,7 @@ import asyncio
 from collections import Counter as Tally
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
 import orjson
@@ -19,7 +19,7 @@ from sqlalchemy import Connection, Engine
 
 from app import metrics, tracing
 from app.config import Settings
-from app.domain import spans, states, subscriptions
+from app.domain import clock, spans, states, subscriptions
 from app.domain.callback_policy import CallbackPolicy
 from app.domain.messages import MessageIn, TransactionIn
 from app.domain.names import DISCARD_TOPIC, new_message_ids
@@ -40,10 +40,6 @@ from app.vocabulary import RESOLVED, Op, State
 # as the event loop, busier than the writer under many small sends, is then the one to
 # spare (measured: docs/performance.md, "Large sends").
 _BUILT_AHEAD = 8
-
-
-def utcnow() -> datetime:
-    return datetime.now(UTC)
 
 
 @dataclass(frozen=True)
@@ -105,7 +101,7 @@ def apply_sends(conn: Connection, cmds: Sequence[SendCmd]) -> list[SendResult | 
     New transactions are inserted straight away; only an id that is already taken (a
     retried send, or one racing in from another process) costs a lookup.
     """
-    now = utcnow()
+    now = clock.utcnow()
     new: list[NewTransaction] = []
     first_of: dict[tuple[str, str], SendCmd] = {}
     for cmd in cmds:
@@ -205,7 +201,7 @@ def apply_finishes(conn: Connection, cmds: Sequence[FinishCmd]) -> list[FinishRe
     concurrent writers in other processes cannot deadlock us, and the state each command
     sees includes the effect of the commands before it in the same batch.
     """
-    now = utcnow()
+    now = clock.utcnow()
     rows, messages = finishes.lock_txns(conn, [(c.group, c.transaction_id) for c in cmds])
     current: dict[int, State] = {r.id: State(r.state) for r in rows.values()}
     acks = subscriptions.FinishAcks(conn)
@@ -476,4 +472,4 @@ def _count(op: Op, result: FinishResult) -> None:
     elif op is Op.DISCARD:
         metrics.DISCARDED.inc(result.message_count)
     if op in (Op.COMMIT, Op.ROLLBACK) and result.created_at is not None:
-        metrics.FINISH_LATENCY.observe((utcnow() - result.created_at).total_seconds())
+        metrics.FINISH_LATENCY.observe((clock.utcnow() - result.created_at).total_seconds())

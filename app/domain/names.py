@@ -1,23 +1,32 @@
-"""Names of topics and producer groups, which topics are reserved, and client ids."""
+"""Names of topics, producer groups and subscriptions, which topics are reserved, and
+client ids: the one home of each rule and of the words that refuse a name or an id
+(``check_name``, ``name_refusal``, ``check_transaction_id``), which the models, the API,
+the dashboard, the CLI and Spark ingestion ask."""
 
 from __future__ import annotations
 
 import os
 import re
 import time
-from typing import Annotated
+from typing import Annotated, Any
 
 from pydantic import Field, StrictStr
+from pydantic_core import PydanticCustomError
 
 from app.errors import InvalidRequest
 
 NAME_MAX_LENGTH = 127
-NAME_PATTERN = rf"^[A-Za-z0-9_%|-]{{1,{NAME_MAX_LENGTH}}}$"
+# a name without its anchors, for patterns that embed one (a scope: ``produce:<name>``)
+NAME_BODY = rf"[A-Za-z0-9_%|-]{{1,{NAME_MAX_LENGTH}}}"
+NAME_PATTERN = rf"^{NAME_BODY}$"
 _NAME_RE = re.compile(NAME_PATTERN)
 DISCARD_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
 SYSTEM_TOPIC_PREFIX = "RMQ_SYS_"
 # ids travel in URL paths and text columns (PostgreSQL text refuses NUL)
-TRANSACTION_ID_PATTERN = r"^[^\s/?#\x00-\x1f\x7f]{1,128}$"
+TRANSACTION_ID_MAX_LENGTH = 128
+TRANSACTION_ID_PATTERN = rf"^[^\s/?#\x00-\x1f\x7f]{{1,{TRANSACTION_ID_MAX_LENGTH}}}$"
+TRANSACTION_ID_RULE = (f"transaction_id: 1..{TRANSACTION_ID_MAX_LENGTH} characters, no "
+                       "whitespace, control characters, '/', '?' or '#'")
 _ID_RE = re.compile(TRANSACTION_ID_PATTERN)
 
 # The names as JSON Schema (the OpenAPI document): the patterns are checked in code, by the
@@ -29,7 +38,7 @@ TopicName = Annotated[Name, Field(description=(
     f"readable); `{DISCARD_TOPIC}` is readable, not sendable."))]
 GroupName = Annotated[Name, Field(description="Producer group name.")]
 TransactionId = Annotated[StrictStr, Field(json_schema_extra={
-    "pattern": TRANSACTION_ID_PATTERN, "maxLength": 128})]
+    "pattern": TRANSACTION_ID_PATTERN, "maxLength": TRANSACTION_ID_MAX_LENGTH})]
 
 
 def is_valid_name(name: object) -> bool:
@@ -48,17 +57,39 @@ def is_reserved_topic(topic: str) -> bool:
     return is_internal_topic(topic) or topic == DISCARD_TOPIC
 
 
-def check_group_name(name: str) -> str:
-    if not is_valid_name(name):
-        raise InvalidRequest(f"producer group name {name!r} must match {NAME_PATTERN}",
-                             code="invalid_producer_group")
+def name_refusal(what: str, name: object) -> str | None:
+    """Why ``name`` is not the name of a ``what`` ("topic", "subscription", ...), or None
+    when it is one: the one wording of the rule."""
+    if is_valid_name(name):
+        return None
+    shown = name[:200] if isinstance(name, str) else name
+    return f"{what} {shown!r} must match {NAME_PATTERN}"
+
+
+def check_name(what: str, name: str, *, code: str, **extra: Any) -> str:
+    """``name``, if it is the name of a ``what``; else ``InvalidRequest`` with ``code``
+    (and ``extra``: the query ``parameter`` it came in)."""
+    refusal = name_refusal(what, name)
+    if refusal is not None:
+        raise InvalidRequest(refusal, code=code, **extra)
     return name
 
 
+def check_name_field(what: str, name: str, *, code: str) -> str:
+    """``check_name`` for a model's field validator: the refusal as pydantic's error, so
+    that the body's validation reports it with its field."""
+    refusal = name_refusal(what, name)
+    if refusal is not None:
+        raise PydanticCustomError(code, refusal)
+    return name
+
+
+def check_group_name(name: str) -> str:
+    return check_name("producer group name", name, code="invalid_producer_group")
+
+
 def check_readable_topic(topic: str) -> str:
-    if not is_valid_name(topic):
-        raise InvalidRequest(f"topic name {topic!r} must match {NAME_PATTERN}",
-                             code="invalid_topic")
+    check_name("topic name", topic, code="invalid_topic")
     if is_internal_topic(topic):
         raise InvalidRequest(f"topic {topic!r} is internal and cannot be read",
                              code="reserved_topic")
@@ -71,8 +102,7 @@ def is_valid_transaction_id(transaction_id: object) -> bool:
 
 def check_transaction_id(transaction_id: str) -> str:
     if not is_valid_transaction_id(transaction_id):
-        raise InvalidRequest("transaction_id: 1..128 characters, no whitespace, control "
-                             "characters, '/', '?' or '#'", code="invalid_transaction_id")
+        raise InvalidRequest(TRANSACTION_ID_RULE, code="invalid_transaction_id")
     return transaction_id
 
 

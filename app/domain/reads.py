@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Collection, Mapping
-from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
 import orjson
 from sqlalchemy import Engine
 
+from app.domain import clock
 from app.domain.access import CONSUME, PRODUCE, UNRESTRICTED, Principal
 from app.domain.limits import offset_plus
 from app.errors import Forbidden, InvalidRequest, NotFound
@@ -178,6 +178,6 @@ def prepared_backlog(engine: Engine) -> PreparedBacklog:
     """What /metrics shows of the unresolved transactions, read at scrape time."""
     with read_connection(engine) as conn:
         messages, oldest = transactions.prepared_backlog(conn)
-    age = 0.0 if oldest is None else max(0.0, (datetime.now(UTC) - oldest).total_seconds())
+    age = 0.0 if oldest is None else max(0.0, (clock.utcnow() - oldest).total_seconds())
     return PreparedBacklog(messages, age)
 

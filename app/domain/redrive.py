@@ -30,8 +30,7 @@ import orjson
 from sqlalchemy import Engine
 from sqlalchemy import exc as sa_exc
 
-from app.domain import groups
-from app.domain.clock import utcnow
+from app.domain import clock, groups
 from app.domain.lifecycle import Lifecycle
 from app.domain.messages import MessageIn, ProducerGroupIn, TransactionIn
 from app.domain.names import check_readable_topic, is_reserved_topic
@@ -92,7 +91,7 @@ def redrive(engine: Engine, lifecycle: Lifecycle, dlq_topic: str, *, first: int 
             targets = {r.queue_offset: _target(r, to) for r in batch}
             redrive_id = f"redrive-{uuid.uuid4().hex}"
             try:
-                store.claim(conn, dlq_topic, targets, redrive_id, utcnow())
+                store.claim(conn, dlq_topic, targets, redrive_id, clock.utcnow())
             except sa_exc.IntegrityError:
                 raise Conflict(f"another redrive of {dlq_topic!r} is running",
                                code="redrive_running") from None

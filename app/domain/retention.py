@@ -33,7 +33,7 @@ from sqlalchemy import Engine
 
 from app import metrics
 from app.config import Settings
-from app.domain.lifecycle import utcnow
+from app.domain import clock
 from app.domain.messages import TopicRetentionIn
 from app.errors import NotFound
 from app.storage import retention as store
@@ -49,14 +49,18 @@ CURSOR_LAG = timedelta(minutes=5)
 
 Key = tuple[datetime, int]  # (resolved_at, txn id)
 
+def _now() -> datetime:
+    return clock.utcnow()
+
+
 class Retention:
     """One process's share of the retention work; ``run()`` once per interval."""
 
     def __init__(self, engine: Engine, settings: Settings,
-                 clock: Callable[[], datetime] = utcnow) -> None:
+                 clock: Callable[[], datetime] | None = None) -> None:
         self.engine = engine
         self.settings = settings
-        self.clock = clock
+        self.clock = clock if clock is not None else _now
         self._walked: Key = store.WALK_START
         self._unvacuumed: Counter[str] = Counter()  # rows deleted here, by table
 
@@ -245,7 +249,7 @@ def set_topic_retention(engine: Engine, settings: Settings, topic: str,
 
 def oldest_ages(engine: Engine) -> list[tuple[str, float]]:
     """(topic, seconds since the commit of its oldest retained message), for /metrics."""
-    now = utcnow()
+    now = clock.utcnow()
     with engine.connect() as conn:
         rows = store.oldest_retained(conn)
     return [(r.topic, max(0.0, (now - r.committed_at).total_seconds())) for r in rows]

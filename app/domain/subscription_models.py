@@ -8,16 +8,17 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from app.domain.limits import MAX_DELAY_MS, MAX_INT64
-from app.domain.names import (
-    NAME_PATTERN,
-    TopicName,
-    is_reserved_topic,
-    is_valid_name,
+from app.domain.limits import (
+    MAX_ACK_TIMEOUT_MS,
+    MAX_BACKOFF_MS,
+    MAX_DELAY_MS,
+    MAX_INT64,
+    MAX_REDELIVERIES,
+    MIN_ACK_TIMEOUT_MS,
 )
+from app.domain.names import TopicName, check_name, check_name_field, is_reserved_topic
 from app.errors import InvalidRequest
 
-MAX_BACKOFF_MS = 3_600_000
 MAX_RECEIVE = 1000
 MAX_WAIT_MS = 30_000
 MAX_OFFSETS = 1000
@@ -68,9 +69,9 @@ class SubscriptionIn(BaseModel):
     initial_position: Literal["latest", "earliest"] = Field("latest", description=(
         "Where a new subscription starts: at the topic's next offset, or at its first "
         "retained one. Counts only at creation."))
-    ack_timeout_ms: StrictInt = Field(30000, ge=1000, le=43_200_000, description=(
+    ack_timeout_ms: StrictInt = Field(30000, ge=MIN_ACK_TIMEOUT_MS, le=MAX_ACK_TIMEOUT_MS, description=(
         "How long a received message stays leased to its receive."))
-    max_redeliveries: StrictInt = Field(16, ge=0, le=1000, description=(
+    max_redeliveries: StrictInt = Field(16, ge=0, le=MAX_REDELIVERIES, description=(
         "A message delivered 1 + this many times without an acknowledgement goes to the "
         "dead-letter topic."))
     redelivery_backoff: BackoffIn = Field(default_factory=BackoffIn)
@@ -84,9 +85,7 @@ class SubscriptionIn(BaseModel):
     def _dead_letter_topic(cls, topic: str | None) -> str | None:
         if topic is None:
             return None
-        if not is_valid_name(topic):
-            raise _custom("invalid_topic", f"dead_letter_topic {topic!r} must match "
-                          f"{NAME_PATTERN}")
+        check_name_field("dead_letter_topic", topic, code="invalid_topic")
         if is_reserved_topic(topic):
             raise _custom("reserved_topic", f"topic {topic!r} is reserved and cannot be a "
                           "dead-letter topic")
@@ -130,10 +129,7 @@ class SeekIn(BaseModel):
 
 
 def check_subscription_name(name: str) -> str:
-    if not is_valid_name(name):
-        raise InvalidRequest(f"subscription name {name!r} must match {NAME_PATTERN}",
-                             code="invalid_subscription")
-    return name
+    return check_name("subscription name", name, code="invalid_subscription")
 
 
 def default_dead_letter_topic(topic: str, name: str) -> str:
@@ -185,8 +181,7 @@ def named_settings(topic: str, name: str, request: SubscriptionIn, *, new: bool
 
 def _dead_letter_topic_to_store(topic: str, name: str, request: SubscriptionIn) -> str:
     dead_letter = dead_letter_topic(topic, name, request)
-    if request.dead_letter_topic is None and not is_valid_name(dead_letter):
-        raise InvalidRequest(
-            f"the default dead-letter topic {dead_letter[:200]!r} would break the name rule "
-            f"{NAME_PATTERN}; give dead_letter_topic", code="invalid_dead_letter_topic")
+    if request.dead_letter_topic is None:
+        check_name("the default dead-letter topic (give dead_letter_topic)", dead_letter,
+                   code="invalid_dead_letter_topic")
     return dead_letter

@@ -11,7 +11,7 @@ import orjson
 from sqlalchemy import Connection, Engine
 
 from app.domain import clock, leasing
-from app.domain.limits import MAX_INT64, offset_plus
+from app.domain.limits import MAX_INT64, offset_plus, within_budget
 from app.domain.names import new_message_ids
 from app.domain.reads import message_as_read
 from app.domain.subscription_settings import found
@@ -115,7 +115,7 @@ def _lease(conn: Connection, sub: AnyRow, max_messages: int, max_bytes: int) -> 
     full = False
     for r in (leases.due(conn, sub.id, topic, now, max_messages, live_below=spent)
               if any_due else []):
-        if picked and used + r.size > max_bytes:
+        if not within_budget(len(picked), used, r.size, max_bytes):
             full = True
             break
         picked.append((r.queue_offset, r.deliveries))
@@ -136,7 +136,7 @@ def _lease(conn: Connection, sub: AnyRow, max_messages: int, max_bytes: int) -> 
                                 "next_at": m.deliver_at, "held_by": None})
                 read = m.queue_offset + 1
                 continue
-            if picked and used + m.size > max_bytes:
+            if not within_budget(len(picked), used, m.size, max_bytes):
                 full = True
                 break
             picked.append((m.queue_offset, 0))

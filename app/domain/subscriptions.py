@@ -31,11 +31,10 @@ from typing import Any
 from sqlalchemy import Engine
 
 from app import metrics
-from app.domain.clock import utcnow
 from app.domain.leasing import backoff_ms
+from app.domain.limits import MAX_BACKOFF_MS
 from app.domain.subscription_acks import Nacked, ack, nack, renew, seek
 from app.domain.subscription_models import (
-    MAX_BACKOFF_MS,
     MAX_OFFSETS,
     MAX_RECEIVE,
     MAX_WAIT_MS,
@@ -68,7 +67,7 @@ __all__ = [
     "Subscriptions", "ack", "anything_due", "backlogs", "backoff_ms", "check_subscription_name",
     "dead_letter_topic", "default_dead_letter_topic", "delete", "describe_each", "get",
     "hold_acks", "list_subscriptions", "nack", "names_other_dead_letter_topic",
-    "put", "receive", "renew", "seek", "utcnow",
+    "put", "receive", "renew", "seek",
 ]
 
 

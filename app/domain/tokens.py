@@ -26,8 +26,8 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, StrictStr, field_v
 from pydantic_core import PydanticCustomError
 from sqlalchemy import Engine
 
+from app.domain import clock
 from app.domain.access import SCOPE_PATTERN, UNRESTRICTED, Principal, is_valid_scope
-from app.domain.lifecycle import utcnow
 from app.domain.messages import parse_body
 from app.errors import InvalidRequest, NotFound
 from app.storage import tokens
@@ -108,7 +108,7 @@ def create(engine: Engine, request: TokenIn) -> dict[str, Any]:
     token = f"{TOKEN_PREFIX}{token_id}_{secrets.token_urlsafe(32)}"
     with write_transaction(engine) as conn:
         row = tokens.insert_token(conn, token_id, request.name, request.scopes, _hash(token),
-                                  utcnow())
+                                  clock.utcnow())
     return {**_shape(row), "token": token}
 
 

@@ -16,8 +16,8 @@ from datetime import timedelta
 
 from sqlalchemy import Engine
 
+from app.domain import clock
 from app.domain.access import UNRESTRICTED, Principal
-from app.domain.lifecycle import utcnow
 from app.storage import tokens, ui_sessions
 from app.storage.db import write_transaction
 
@@ -29,7 +29,7 @@ def _hashed(session_id: str) -> str:
 def open_session(engine: Engine, principal: Principal, lifetime: timedelta) -> str:
     """A new session for ``principal`` (expired ones are swept on the way); its id."""
     session_id = secrets.token_urlsafe(32)
-    now = utcnow()
+    now = clock.utcnow()
     with write_transaction(engine) as conn:
         ui_sessions.delete_expired_sessions(conn, now)
         ui_sessions.insert_session(conn, _hashed(session_id), principal.token_id, now,
@@ -40,7 +40,7 @@ def open_session(engine: Engine, principal: Principal, lifetime: timedelta) -> s
 def session_principal(engine: Engine, session_id: str) -> Principal | None:
     """Who the session acts as; None once it ended, expired or its token was revoked."""
     with engine.connect() as conn:
-        row = ui_sessions.get_live_session(conn, _hashed(session_id), utcnow())
+        row = ui_sessions.get_live_session(conn, _hashed(session_id), clock.utcnow())
     if row is None:
         return None
     if row.token_id is None:

@@ -37,19 +37,38 @@ def body_preview(n: int) -> Any:
     return func.substr(half_message.c.body, 1, n).label("preview")
 
 
+def as_read_columns(m: Any = message_log, h: Any = half_message, t: Any = txn
+                    ) -> tuple[Any, ...]:
+    """The columns of a committed message as a read shows them, over the log row ``m``,
+    its half message ``h`` and its transaction ``t`` (aliases, for SQL written as text):
+    the one list of them, which ``as_read`` selects and ``AS_READ_SQL`` spells."""
+    return (m.c.queue_offset, m.c.committed_at, m.c.half_message_id,
+            func.coalesce(m.c.properties, h.c.properties).label("properties"),
+            func.coalesce(m.c.message_id, h.c.message_id).label("message_id"),
+            h.c["keys"], h.c.tag, h.c.body_is_text, h.c.created_at,
+            t.c.transaction_id, t.c.producer_group)
+
+
+def _as_text(columns: tuple[Any, ...]) -> str:
+    return str(select(*columns)).removeprefix("SELECT ").split("\nFROM ", 1)[0].rstrip()
+
+
+# ``as_read_columns`` as SQL text over the aliases m, h and t (message_log, half_message,
+# txn), and the names it gives them, for a statement written as text (PostgreSQL's
+# one-statement receive)
+AS_READ_SQL = _as_text(as_read_columns(message_log.alias("m"), half_message.alias("h"),
+                                       txn.alias("t")))
+AS_READ_NAMES = tuple(c.name for c in as_read_columns())
+
+
 def as_read(*body: Any) -> Select[Any]:
     """Committed messages as a read shows them, the one query of them (a topic's page, a
-    receive, a dead-letter copy's source, the dashboard's page): offset, commit time, half
-    message id, properties and id (a dead-letter copy's own), keys, tag, ``body_is_text``,
-    creation time, transaction id and producer group, and ``body``: the columns the caller
-    wants of the body (``BODY``, or ``body_size()`` and ``body_preview(n)``)."""
-    return (select(message_log.c.queue_offset, message_log.c.committed_at,
-                   message_log.c.half_message_id,
-                   func.coalesce(message_log.c.properties, half_message.c.properties)
-                   .label("properties"),
-                   logged_message_id(), half_message.c["keys"], half_message.c.tag,
-                   half_message.c.body_is_text, half_message.c.created_at,
-                   txn.c.transaction_id, txn.c.producer_group, *body)
+    receive, a dead-letter copy's source, the dashboard's page): ``as_read_columns``
+    (offset, commit time, half message id, properties and id (a dead-letter copy's own),
+    keys, tag, ``body_is_text``, creation time, transaction id and producer group), and
+    ``body``: the columns the caller wants of the body (``BODY``, or ``body_size()`` and
+    ``body_preview(n)``)."""
+    return (select(*as_read_columns(), *body)
             .select_from(message_log
                          .join(half_message, half_message.c.id == message_log.c.half_message_id)
                          .join(txn, txn.c.id == half_message.c.txn_id)))
@@ -64,6 +83,7 @@ def _page() -> Select[Any]:
                      message_log.c.queue_offset >= bindparam("from_offset"),
                      message_log.c.queue_offset < bindparam("end"))
               .subquery("window"))
+    # at most max_bytes, but at least one (``app.domain.limits.within_budget``)
     page = (select(*[c for c in window.c if c.name not in ("running", "n")])
             .where(or_(window.c.running <= bindparam("max_bytes"), window.c.n == 1))
             .subquery("page"))

@@ -207,7 +207,7 @@ class Deleted(NamedTuple):
 
 
 def remember_forgotten(conn: Connection, txn_ids: Sequence[int], cutoff: datetime,
-                       now: datetime | None = None) -> None:
+                       now: datetime) -> None:
     """Keep the keys of those of ``txn_ids`` resolved before ``cutoff`` in
     ``forgotten_txn`` (forgotten at ``now``), so that a send never uses one again.
 
@@ -224,7 +224,7 @@ def remember_forgotten(conn: Connection, txn_ids: Sequence[int], cutoff: datetim
         .where(among(conn, txn.c.id, sorted(set(txn_ids))), txn.c.state.in_(_RESOLVED),
                txn.c.resolved_at < cutoff)).all()
     if keys:
-        forgotten_at = now or datetime.now(UTC)
+        forgotten_at = now
         conn.execute(dialect_insert(conn, forgotten_txn).on_conflict_do_nothing(), [
             {"producer_group": g, "transaction_id": x, "forgotten_at": forgotten_at}
             for g, x in keys])

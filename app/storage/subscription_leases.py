@@ -23,7 +23,7 @@ from sqlalchemy import (
 
 from app.storage.bulk import insert_rows, plain_rows
 from app.storage.dialects import dialect_of
-from app.storage.log import body_size
+from app.storage.log import AS_READ_NAMES, AS_READ_SQL, body_size
 from app.storage.schema import (
     AnyRow,
     UTCDateTime,
@@ -109,8 +109,12 @@ def add_leased(conn: Connection, sub_id: int, offsets: Sequence[int], until: dat
 # deliver again or dead-letter, nothing expired), whose first deliveries are leased until
 # now + the ack timeout (``leasing.lease_until``), deliverable again after the backoff of
 # redelivery count 0 (``leasing.redeliverable_at``), which is LEAST(min_ms, max_ms)
-# (``leasing.backoff_ms``; tests/unit/domain/test_leasing.py holds the two to each other)
-_FIRST_DELIVERIES = text("""
+# (``leasing.backoff_ms``); its picks take at most max_bytes, but at least one
+# (``limits.within_budget``). tests/integration/test_budgets.py runs it on PostgreSQL and
+# holds its leases and picks to those functions.
+# its columns are ``as_read``'s (``app.storage.log.as_read_columns``) and the body
+_PICKED = ", ".join(f"p.{name}" for name in AS_READ_NAMES)
+_FIRST_DELIVERIES = text(f"""
 WITH sub AS (
     SELECT id, read_offset, ack_cursor, ack_timeout_ms, backoff_min_ms, backoff_max_ms,
            xmin::text AS version,
@@ -139,18 +143,14 @@ WITH sub AS (
     SELECT w.*, sum(length(w.body)) OVER (ORDER BY w.queue_offset) AS used,
            row_number() OVER (ORDER BY w.queue_offset) AS n
     FROM plain, LATERAL (
-        SELECT m.queue_offset, m.deliver_at > :now AS delayed, m.committed_at,
-               m.half_message_id, COALESCE(m.properties, h.properties) AS properties,
-               COALESCE(m.message_id, h.message_id) AS message_id, h.keys, h.tag, h.body,
-               h.body_is_text, h.created_at,
-               t.transaction_id, t.producer_group
+        SELECT {AS_READ_SQL}, h.body, m.deliver_at > :now AS delayed
         FROM message_log m JOIN half_message h ON h.id = m.half_message_id
         JOIN txn t ON t.id = h.txn_id
         WHERE m.topic = :topic AND m.queue_offset >= plain.read_offset
           AND m.queue_offset < LEAST(plain.read_offset, :max_offset - :max_messages)
                                + :max_messages
         ORDER BY m.queue_offset LIMIT :max_messages) AS w
-), picked AS (
+), picked AS (  -- at most max_bytes, but at least one (limits.within_budget)
     SELECT * FROM window_
     WHERE (used <= :max_bytes OR n = 1)
       AND queue_offset < ALL (SELECT queue_offset FROM window_ WHERE delayed)
@@ -170,9 +170,7 @@ WITH sub AS (
 SELECT (SELECT count(*) FROM plain) AS plain,
        (SELECT count(*) FROM window_ WHERE delayed) AS delayed,
        (SELECT bool_and(relaxed IS NOT NULL) FROM sub) AS relaxed,
-       p.queue_offset, p.committed_at, p.half_message_id, p.properties, p.message_id,
-       p.keys, p.tag, p.body, p.body_is_text, p.created_at, p.transaction_id,
-       p.producer_group
+       {_PICKED}, p.body
 FROM (VALUES (1)) AS one (x) LEFT JOIN picked p ON true
 ORDER BY p.queue_offset
 """).bindparams(bindparam("now", type_=UTCDateTime())).columns(

@@ -13,7 +13,8 @@ import pytest
 from sqlalchemy import Engine, insert, select, text, update
 
 from app.config import Settings
-from app.domain.lifecycle import apply_sends, utcnow
+from app.domain.clock import utcnow
+from app.domain.lifecycle import apply_sends
 from app.domain.messages import parse_transaction
 from app.domain.names import DISCARD_TOPIC
 from app.domain.retention import Retention

@@ -13,7 +13,7 @@ from sqlalchemy import Engine, update
 
 from app import metrics
 from app.config import Settings
-from app.domain.lifecycle import utcnow
+from app.domain.clock import utcnow
 from app.domain.retention import Retention
 from app.storage.schema import message_log
 from tests.conftest import make_settings

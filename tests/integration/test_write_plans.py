@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from sqlalchemy import Connection, text
 
-from app.domain.lifecycle import FinishCmd, SendCmd, apply_finishes, apply_sends, utcnow
+from app.domain.clock import utcnow
+from app.domain.lifecycle import FinishCmd, SendCmd, apply_finishes, apply_sends
 from app.domain.messages import parse_transaction
 from app.domain.names import new_message_id
 from app.storage import groups

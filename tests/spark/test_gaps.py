@@ -11,7 +11,7 @@ import pytest
 from pyspark.sql import functions as F
 
 from app.config import Settings
-from app.domain.lifecycle import utcnow
+from app.domain.clock import utcnow
 from app.domain.retention import Retention
 from spark_outbox.gaps import Gap, find_gaps, past_gaps
 from spark_outbox.job import run
