@@ -18,8 +18,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Connection, Engine, LargeBinary, column, literal_column, select, table
 
 from app.config import Settings
-from app.storage.db import make_engine
-from app.storage.schema import UTCDateTime
+from app.domain.lake import UTCDateTime, make_engine
 from spark_outbox.errors import IngestError
 from spark_outbox.plan import TopicRange
 from spark_outbox.source import ORDERING_KEY

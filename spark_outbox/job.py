@@ -29,8 +29,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, MapType, StringType
 
 from app.config import Settings
-from app.storage.db import make_engine
-from app.storage.topics import watermarks
+from app.domain.lake import make_engine, watermarks
 from spark_outbox.dataset import OutputDir
 from spark_outbox.errors import EXIT_CANNOT_RUN, EXIT_FAILED, IngestError, java_reason
 from spark_outbox.follow import follow

@@ -15,8 +15,7 @@ from pathlib import Path
 from sqlalchemy.engine import URL, make_url
 
 from app.config import Settings
-from app.storage.db import read_settings
-from app.storage.dialects import UnknownDatabase, dialect_for_url
+from app.domain.lake import UnknownDatabase, dialect_for_url, read_settings
 from spark_outbox.errors import EXIT_CANNOT_RUN, IngestError
 from spark_outbox.plan import TopicRange
 

@@ -38,9 +38,8 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from app.config import Settings
+from app.domain.lake import read_settings, watermarks
 from app.domain.names import is_reserved_topic
-from app.storage.db import read_settings
-from app.storage.topics import watermarks
 from spark_outbox.committed import engine_for, read_ranges
 from spark_outbox.errors import EXIT_CANNOT_RUN, IngestError
 from spark_outbox.gaps import Gap, find_gaps, past_gaps
