@@ -43,8 +43,10 @@ FIRST_SCRAPE = """
 import sys
 from app.config import Settings
 from app.web import create_app
+from tests.front_client import close_all, front
 app = create_app(Settings(database_url=sys.argv[1]))
-sys.stdout.write(app.test_client().get("/metrics").data.decode())
+sys.stdout.write(front(app).get("/metrics").data.decode())
+close_all()
 app.extensions["txmsg"].close()
 """
 
@@ -186,7 +188,7 @@ def test_with_access_control_on_metrics_needs_the_metrics_scope_or_admin(
     app = create_app(make_settings(database_url, admin_token=ADMIN_TOKEN))
     front = AsgiClient(asgi.Api(app))
     try:
-        client = app.test_client()
+        client = front(app)
         consumer, scraper = _token(client, "consume:*"), _token(client, "metrics")
         for auth, status in ((None, 401), (consumer, 403), (scraper, 200),
                              (ADMIN_TOKEN, 200)):

@@ -46,7 +46,7 @@ class Side:
     def __init__(self, app: Flask, tag: str, front: bool) -> None:
         self.app, self.tag = app, tag
         self.asgi = AsgiClient(Api(app)) if front else None
-        self.client = app.test_client()
+        self.client = front(app)
 
     def call(self, method: str, path: str, *, json: Any = None,
              headers: dict[str, str] | None = None) -> Answer:
@@ -292,9 +292,9 @@ def call(path, body=b""):
     reply = client.request("POST", path, body=body,
                            headers=[*headers, ("Content-Length", str(len(body)))])
     assert reply.status < 300, (path, reply.status, reply.body)
-assert app.test_client().put("/v1/producer-groups/g",
+assert front(app).put("/v1/producer-groups/g",
                              json={{"check_urls": ["http://127.0.0.1:9/c"]}}).status_code == 200
-assert app.test_client().put("/v1/topics/t/subscriptions/s",
+assert front(app).put("/v1/topics/t/subscriptions/s",
                              json={{"initial_position": "earliest"}}).status_code == 201
 call("/v1/producer-groups/g/transactions", b'{{"transaction_id": "x", "topic": "t", "body": "b"}}')
 call("/v1/producer-groups/g/transactions/x/commit")
