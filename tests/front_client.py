@@ -5,7 +5,7 @@ interface the tests use.
 ``FrontClient(app)`` serves ``app`` through its own ``Api`` on an ``AsgiClient`` (an
 event loop on a thread of its own, as a server runs the app). Requests take ``json=``,
 ``data=`` (bytes, text, or a form as a dict), ``headers=`` (a dict or pairs),
-``query_string=``, ``content_type=`` and ``follow_redirects=``; answers are werkzeug
+``query_string=``, ``content_type=``, ``follow_redirects=`` and ``base_url=`` (its scheme); answers are werkzeug
 ``Response`` objects (``status_code``, ``json``, ``get_json()``, ``data``, ``text``,
 ``headers``, ``mimetype``), with ``request.path``. Cookies set by answers are kept and sent
 back by path, as a browser does. ``environ_base["REMOTE_ADDR"]`` is the client's address.
@@ -77,8 +77,8 @@ class FrontClient:
              data: bytes | str | Mapping[str, Any] | None = None,
              headers: Mapping[str, str] | Iterable[tuple[str, str]] | None = None,
              query_string: str | bytes | Mapping[str, Any] | None = None,
-             content_type: str | None = None,
-             follow_redirects: bool = False) -> FrontResponse:
+             content_type: str | None = None, follow_redirects: bool = False,
+             base_url: str = "http://localhost") -> FrontResponse:
         fields = Headers(headers.items() if isinstance(headers, Mapping) else (headers or ()))
         body = b""
         if json is not None:
@@ -99,16 +99,19 @@ class FrontClient:
                      else query_string if isinstance(query_string, str)
                      else urlencode(query_string, doseq=True))
             target = f"{path}{'&' if '?' in path else '?'}{query}"
-        answer = self._send(method, target, body, fields)
+        base = urlsplit(base_url)
+        scheme = base.scheme
+        fields.setdefault("Host", base.netloc)
+        answer = self._send(method, target, body, fields, scheme)
         while follow_redirects and answer.status_code in _REDIRECTS:
             location = urlsplit(answer.headers["Location"])
             target = location.path + (f"?{location.query}" if location.query else "")
             if answer.status_code in (307, 308):
-                answer = self._send(method, target, body, fields)
+                answer = self._send(method, target, body, fields, scheme)
             else:
                 answer = self._send("GET", target, b"", Headers(
                     (k, v) for k, v in fields.items()
-                    if k.lower() not in ("content-type", "content-length")))
+                    if k.lower() not in ("content-type", "content-length")), scheme)
         return answer
 
     def set_cookie(self, key: str, value: str = "", path: str = "/", **_: Any) -> None:
@@ -123,7 +126,8 @@ class FrontClient:
             self._asgi.close()
             self.api.stop_threads()
 
-    def _send(self, method: str, target: str, body: bytes, fields: Headers) -> FrontResponse:
+    def _send(self, method: str, target: str, body: bytes, fields: Headers,
+              scheme: str) -> FrontResponse:
         path = target.partition("?")[0]
         cookies = "; ".join(f"{c.key}={c.value}" for c in self._cookies.values()
                             if _path_matches(path, c.path))
@@ -131,7 +135,8 @@ class FrontClient:
         if cookies:
             sent.append(("Cookie", cookies))
         reply = self._asgi.request(method, target, body=body, headers=sent,
-                                   client=self.environ_base.get("REMOTE_ADDR", "127.0.0.1"))
+                                   client=self.environ_base.get("REMOTE_ADDR", "127.0.0.1"),
+                                   scheme=scheme)
         answer = FrontResponse(reply.body, reply.status, list(reply.headers.items()))
         if not any(k.lower() == "content-type" for k in reply.headers):
             del answer.headers["Content-Type"]

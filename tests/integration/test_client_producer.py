@@ -108,7 +108,6 @@ def test_an_unreachable_service_after_the_local_transaction_leaves_it_to_the_che
 
     def local(sent: dict[str, Any]) -> Resolution:
         server.stop()
-        server.server.server_close()
         return Resolution.COMMIT
 
     result = p.send_in_transaction(message("orders", "x"), local, transaction_id="t-1")
