@@ -45,7 +45,7 @@ $(VENV)/.bench-installed: $(VENV)/.installed pyproject.toml
 	touch $@
 
 bench: install $(VENV)/.bench-installed
-	$(PY) -m bench.run --gunicorn; status=$$?; $(PY) -m bench.charts && exit $$status
+	$(PY) -m bench.run; status=$$?; $(PY) -m bench.charts && exit $$status
 
 # 10 minutes of steady traffic with a 60 s retention: row counts, disk, RSS every 30 s
 soak: install

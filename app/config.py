@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Mapping
 from typing import Annotated, Literal
 
 from pydantic import Field, IPvAnyNetwork, SecretStr, ValidationInfo, field_validator
@@ -86,15 +87,11 @@ class Settings(BaseSettings):
     # group commit: the most requests one database transaction carries
     batch_max_size: int = Field(512, ge=1)
 
-    # web server: Granian's ASGI interface (every API route on the ASGI front, the
-    # dashboard by Flask behind a2wsgi), or its WSGI interface with the Flask app alone (every route through Flask)
-    web_interface: Literal["asgi", "wsgi"] = "asgi"
+    # web server: Granian's ASGI interface, the ASGI front (app/api/asgi.py) serving every
+    # API route, and the dashboard by Flask behind it
     web_workers: int = Field(1, ge=1)
-    # threads serving the routes that block (under ASGI: the front's pool, and Flask's)
+    # threads serving the routes that block (the front's pool, and Flask's)
     web_threads: int = Field(64, ge=1)
-    # every route of the route table served by the ASGI front, ahead of Flask
-    # (app/api/asgi.py)
-    web_hot_routes: bool = True
     # a request's whole body must arrive within this time (else 408); read on the event
     # loop, so a slow client holds no thread meanwhile
     request_body_timeout_seconds: float = Field(30, gt=0)
@@ -164,6 +161,21 @@ class Settings(BaseSettings):
     @classmethod
     def _split_networks(cls, value: object) -> object:
         return _networks(value) if isinstance(value, str) else value
+
+
+# settings that no longer exist, each with what to do instead: ``txmsg serve`` warns of
+# one that is still set, and goes on without it (the API's answers were the same either way)
+RETIRED = {
+    "TXMSG_WEB_INTERFACE": "the ASGI front is the only one (a WSGI server no longer serves "
+                           "the API); unset it",
+    "TXMSG_WEB_HOT_ROUTES": "the ASGI front serves every API route; unset it",
+}
+
+
+def retired_settings(environ: Mapping[str, str]) -> list[str]:
+    """A warning for each retired setting set in ``environ``."""
+    return [f"{name} is ignored: {advice}" for name, advice in RETIRED.items()
+            if name in environ]
 
 
 def _networks(text: str) -> list[str]:

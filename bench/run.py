@@ -53,7 +53,7 @@ from typing import Any
 from bench import consume, lone, machine, pgqueuer_load, raw, txmsg_load
 from bench.pgdb import admin_url, bench_database, libpq_url
 from bench.procs import Sampler, summarise
-from bench.service import gunicorn, gunicorn_available, serve, serve_with_access_control
+from bench.service import serve, serve_with_access_control
 
 OUT = Path(__file__).resolve().parent / "out" / "results.json"
 
@@ -111,7 +111,6 @@ class Plan:
     idle_seconds: float = 10.0
     sweep_clients: tuple[int, ...] = (1, 4, 16, CLIENTS)  # publish one at a time, (p)
     lone_requests: int = 1_000     # (l), per route and round
-    compare_gunicorn: bool = False
     retention_only: bool = False
     subscriptions_only: bool = False
     pgqueuer_only: bool = False
@@ -161,9 +160,6 @@ def _parse(argv: list[str] | None) -> tuple[Plan, Path]:
     p.add_argument("--paced-seconds", type=float,
                    help="length of the half-peak run (latency and memory); default 300")
     p.add_argument("--checker-seconds", type=float, help="length of each checker memory run")
-    p.add_argument("--gunicorn", action="store_true",
-                   help="also run (b) on other server layouts: two workers, every route through "
-                        "Flask, gunicorn gthread (needs `pip install gunicorn`)")
     p.add_argument("--retention-only", action="store_true",
                    help="only the retention phases (and the (b) run that paces them)")
     p.add_argument("--subscriptions-only", action="store_true",
@@ -181,7 +177,7 @@ def _parse(argv: list[str] | None) -> tuple[Plan, Path]:
                  "paced_seconds": args.paced_seconds, "checker_seconds": args.checker_seconds}
     overrides["retention_drain_rows"] = args.drain_rows
     plan = replace(plan, **{k: v for k, v in overrides.items() if v is not None},
-                   compare_gunicorn=args.gunicorn, retention_only=args.retention_only,
+                   retention_only=args.retention_only,
                    subscriptions_only=args.subscriptions_only,
                    pgqueuer_only=args.pgqueuer_only)
     return plan, args.out
@@ -299,8 +295,6 @@ def _phases(plan: Plan, admin: str, db: str, pgq_db: str, results: dict[str, Any
                 running.stop()
     if plan.retention_only or plan.subscriptions_only or plan.pgqueuer_only:
         return
-    if plan.compare_gunicorn:
-        phase("servers_compared", lambda: _compare_servers(db, n, secs, warm))
     from bench import due_scan
 
     phase("f_due_scan", lambda: due_scan.run(db, plan.due_resolved, plan.due_pending,
@@ -391,30 +385,6 @@ def _paced_with_memory(server: Any, clients: int, rate: float, seconds: float) -
     result["service_pss"] = summarise(sampler.samples, "pss")
     result["service_rss_samples"] = [(s["t"], s["rss"]) for s in sampler.samples]
     return result
-
-
-def _compare_servers(db: str, clients: int, seconds: float, warmup: float) -> dict[str, Any]:
-    """(b) on Granian as ``txmsg serve`` runs it (ASGI, one worker), with two workers,
-    with every route through Flask behind the ASGI front, and the Flask app alone on
-    Granian's WSGI interface and on gunicorn gthread."""
-    if not gunicorn_available():
-        raise RuntimeError("gunicorn is not installed (pip install gunicorn)")
-    from app.config import Settings
-
-    s = Settings()
-    out: dict[str, Any] = {}
-    layouts: dict[str, Callable[[], Any]] = {
-        "granian_asgi": lambda: serve(db),
-        "granian_asgi_2_workers": lambda: serve(db, web_workers=2),
-        "granian_asgi_all_flask": lambda: serve(db, web_hot_routes="false"),
-        "granian_wsgi_flask_alone": lambda: serve(db, web_interface="wsgi"),
-        f"gunicorn_gthread_1x{s.web_threads}": lambda: gunicorn(db, 1, s.web_threads),
-        f"gunicorn_gthread_2x{s.web_threads // 2}": lambda: gunicorn(db, 2, s.web_threads // 2),
-    }
-    for name, start in layouts.items():
-        with start() as server:
-            out[name] = txmsg_load.pairs(server, clients, seconds, warmup)
-    return out
 
 
 def _service_settings() -> dict[str, Any]:
@@ -599,8 +569,6 @@ def _summary(r: dict[str, Any], out_path: Path) -> None:
                 print(f"  {measure + ' ' + side + ' msgs/s':46s} "
                       f"{row[side]['messages_per_second']} (CPU ms per 1,000: "
                       + ", ".join(f"{k} {v}" for k, v in cpu.items()) + ")")
-    for name, result in (r.get("servers_compared") or {}).items():
-        print(f"  {'(b) on ' + name:46s} {result.get('per_second')}")
     for name, g in r["goals"].items():
         if partial and g["met"] is None:
             continue

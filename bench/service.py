@@ -7,7 +7,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -117,22 +116,3 @@ def serve_with_access_control(database_url: str, **settings: object) -> Server:
         server.stop()
         raise
     return server
-
-
-def gunicorn_available() -> bool:
-    try:
-        import gunicorn  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
-def gunicorn(database_url: str, workers: int, threads: int, **settings: object) -> Server:
-    """The same app on gunicorn's gthread worker, for comparison."""
-    port = free_port()
-    env = clean_env(TXMSG_DATABASE_URL=database_url,
-                    **{f"TXMSG_{k.upper()}": str(v) for k, v in settings.items()})
-    argv = [sys.executable, "-m", "gunicorn", "-k", "gthread", "-w", str(workers),
-            "--threads", str(threads), "-b", f"127.0.0.1:{port}", "--backlog", "2048",
-            "--keep-alive", "30", "--log-level", "warning", "app.web:app_from_env()"]
-    return Server(argv, env, port, "gunicorn", database_name(database_url))

@@ -30,12 +30,14 @@ class AsgiClient:
 
     def request(self, method: str, path: str, *, body: bytes | Sequence[bytes] = b"",
                 headers: Sequence[tuple[str, str]] = (), root_path: str = "",
-                disconnect: bool = False) -> Reply:
+                disconnect: bool = False, client: str = "127.0.0.1",
+                scheme: str = "http") -> Reply:
         """One request; a sequence of bytes is sent as that many body messages, and the
         Content-Length is the caller's to give (or not). ``disconnect``: the client goes
         away after its body messages (status 0 if nothing was answered)."""
         chunks = [body] if isinstance(body, bytes) else list(body)
-        return self.run(self._request(method, path, chunks, headers, root_path, disconnect))
+        return self.run(self._request(method, path, chunks, headers, root_path, disconnect,
+                                      client, scheme))
 
     def lifespan(self, *events: str) -> list[str]:
         """Send lifespan events ("startup", "shutdown"); the message types answered."""
@@ -52,15 +54,16 @@ class AsgiClient:
 
     async def _request(self, method: str, path: str, chunks: list[bytes],
                        headers: Sequence[tuple[str, str]], root_path: str,
-                       disconnect: bool) -> Reply:
+                       disconnect: bool, client: str, scheme: str) -> Reply:
         raw_path, _, query = path.partition("?")
         scope = {
             "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
-            "method": method, "scheme": "http", "path": unquote(raw_path),
+            "method": method, "scheme": scheme, "path": unquote(raw_path),
             "raw_path": raw_path.encode(), "query_string": query.encode(),
             "root_path": root_path, "server": ("127.0.0.1", 8080),
-            "client": ("127.0.0.1", 50000),
-            "headers": [(b"host", b"127.0.0.1:8080"),
+            "client": (client, 50000),
+            "headers": [*(() if any(k.lower() == "host" for k, _ in headers)
+                          else ((b"host", b"127.0.0.1:8080"),)),
                         *((k.lower().encode("latin1"), v.encode("latin1")) for k, v in headers)],
         }
         messages = [{"type": "http.request", "body": c,

@@ -7,21 +7,27 @@ from ``tests/databases.py``.
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from granian.constants import HTTPModes, Interfaces
+from granian.server.embed import Server
 from sqlalchemy import create_engine, text
-from werkzeug.serving import make_server
 
+from app.api.asgi import Api
 from app.config import Settings
 from app.storage.db import upgrade_to_head
 from app.storage.schema import metadata
 from app.web import create_app
+from tests import front_client
 from tests.databases import scratch_pg_database
+from tests.front_client import FrontClient
 
 
 @pytest.fixture(scope="session")
@@ -97,7 +103,14 @@ def app(settings: Settings):  # type: ignore[no-untyped-def]
 
 @pytest.fixture
 def client(app):  # type: ignore[no-untyped-def]
-    return app.test_client()
+    """The app as ``txmsg serve`` serves it (its ASGI front), in this process."""
+    return FrontClient(app)
+
+
+@pytest.fixture(autouse=True)
+def _close_front_clients() -> Iterator[None]:
+    yield
+    front_client.close_all()
 
 
 def free_port() -> int:
@@ -107,18 +120,53 @@ def free_port() -> int:
 
 
 class LiveServer:
-    """The app on a real HTTP socket (threaded werkzeug server) in this process."""
+    """The app as served, on a real HTTP socket: its ASGI front (``Api``) on Granian,
+    embedded in this process on an event loop thread of its own. The app's state stays
+    its owner's to close (no lifespan events)."""
+
+    START_SECONDS = 15
 
     def __init__(self, app) -> None:  # type: ignore[no-untyped-def]
         self.app = app
-        self.server = make_server("127.0.0.1", 0, app, threaded=True)
-        self.url = f"http://127.0.0.1:{self.server.server_port}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
+        self.api = Api(app)
+        for _ in range(3):  # a port taken between its choice and the bind: another
+            port = free_port()
+            self._loop = asyncio.new_event_loop()
+            self._server = Server(self.api, address="127.0.0.1", port=port,
+                                  interface=Interfaces.ASGINL, http=HTTPModes.http1,
+                                  log_enabled=False)
+            self._server.workers_kill_timeout = 5
+            self.thread = threading.Thread(target=self._run, daemon=True,
+                                           name=f"granian-{port}")
+            self.thread.start()
+            if self._listening(port):
+                self.url = f"http://127.0.0.1:{port}"
+                return
+            self.stop()
+        raise RuntimeError("the embedded Granian server did not start")
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        try:
+            self._loop.run_until_complete(self._server.serve())
+        finally:
+            self._loop.close()
+
+    def _listening(self, port: int) -> bool:
+        deadline = time.monotonic() + self.START_SECONDS
+        while time.monotonic() < deadline and self.thread.is_alive():
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                return True
+            except OSError:
+                time.sleep(0.02)
+        return False
 
     def stop(self) -> None:
-        self.server.shutdown()
-        self.thread.join(timeout=5)
+        if self.thread.is_alive():
+            self._loop.call_soon_threadsafe(self._server.stop)
+            self.thread.join(timeout=10)
+        self.api.stop_threads()
 
 
 @pytest.fixture

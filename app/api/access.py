@@ -8,10 +8,10 @@ Open routes need nothing; token-only routes take any valid token and narrow what
 answer by its scopes (the handler's ``call.principal``). While access control is off (no
 ``TXMSG_ADMIN_TOKEN``) every route is open. A Flask view that declares nothing (the
 dashboard's ``@public`` pages aside) is admin only, so a forgotten declaration fails
-closed. A scope depends on the request's path only: the ASGI front checks each request
-with ``authorize`` before it reads the request's body (a token may not make the process
-hold a body it may not send); Flask checks its views before they run (``install``). The
-OpenAPI document lists each route's declaration.
+closed. A scope depends on the request's path only: the ASGI front checks each request,
+to a route or to a Flask view, with ``authorize`` before it reads the request's body (a
+token may not make the process hold a body it may not send); it is the one place that
+checks. The OpenAPI document lists each route's declaration.
 """
 
 from __future__ import annotations
@@ -20,10 +20,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from flask import Flask, current_app, g, request
-
-from app.domain.access import ADMIN, UNRESTRICTED, Principal, allows
-from app.domain.tokens import TokenGuard
+from app.domain.access import ADMIN, Principal, allows
 from app.errors import Forbidden, Unauthenticated
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -100,30 +97,3 @@ def authorize(access: Access, principal: Principal, params: Mapping[str, Any]) -
         scope = access.action if name is None else f"{access.action}:{name}"
         raise Forbidden(f"this token does not have the scope {scope[:200]!r}",
                         required_scope=scope[:200])
-
-
-def current_principal() -> Principal:
-    """Who the current Flask request acts as (everyone is unrestricted while access
-    control is off)."""
-    principal: Principal = g.get("txmsg_principal", UNRESTRICTED)
-    return principal
-
-
-def install(app: Flask) -> None:
-    """Check every Flask route's declaration before its view runs."""
-
-    @app.before_request
-    def _check_access() -> None:
-        guard: TokenGuard = current_app.extensions["txmsg"].guard
-        rule = request.url_rule
-        if not guard.enabled or rule is None:  # no route: Flask answers 404 or 405
-            return
-        access = route_access(current_app.view_functions[rule.endpoint])
-        if access.open:
-            return
-        token = bearer_token(request.headers.get("Authorization"))
-        principal = guard.verify(token) if token is not None else None
-        if principal is None:
-            raise unauthenticated(token)
-        authorize(access, principal, request.view_args or {})
-        g.txmsg_principal = principal

@@ -1,4 +1,4 @@
-"""The ASGI front of the API: every route of the route table, served here.
+"""The ASGI front of the API, its only one: every route of the route table, served here.
 
 Each request is matched once, by a router compiled from ``app.api.routes.ROUTES`` at
 start-up (``app.api.router``); its route says the rest. With access control on, a route
@@ -21,15 +21,14 @@ on a ``Call`` (``app.api.call``):
 - the others run on a pool of ``web_threads`` threads (``/readyz`` on threads of its
   own, so that it never waits behind a busy pool).
 
-Its answer, or its error, is rendered by the one renderer (``app.api.http``) and recorded
-once (``app.api.telemetry``, the route's pattern as its label). What matches no route
-(404, 405 and redirects, as Flask answers them), the dashboard (``/ui/``), a root path,
-a non-ASCII path, and everything with ``TXMSG_WEB_HOT_ROUTES=false`` goes to the Flask
-app, whose URL map is derived from the same table (``app.api.flask_routes``), behind
-a2wsgi's WSGI-to-ASGI bridge; a request to a Flask route is authenticated and its scope
-checked here before its body is read all the same, and one no rule matches is handed over
-unread. The tests
-compare both ways answer for answer.
+A HEAD request is served as its GET without the body. What matches no route is answered
+here too (404; 405 with ``Allow`` for a route's path, 200 with it to OPTIONS), except
+what the Flask app's URL map takes: the dashboard (``/ui/``), its redirects and its 405s,
+handed to Flask behind a2wsgi's WSGI-to-ASGI bridge; a request to one of its views is
+authenticated and its scope checked here before its body is read all the same.
+
+Every answer, or error, is rendered by the one renderer (``app.api.http``) and recorded
+once, here (``app.api.telemetry``, the route's pattern as its label), Flask's too.
 
 Request targets and heads over this front's limits, which are below the server's, are
 refused here as problem+json (Granian's own refusals carry no body).
@@ -42,7 +41,7 @@ import contextvars
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from concurrent.futures import Executor, ThreadPoolExecutor
-from typing import Any, NamedTuple, cast
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 from a2wsgi import WSGIMiddleware
 from a2wsgi.asgi_typing import HTTPScope, Receive, ReceiveEvent, Scope, Send
@@ -50,11 +49,14 @@ from flask import Flask
 from werkzeug.exceptions import (
     HTTPException,
     InternalServerError,
+    MethodNotAllowed,
+    NotFound,
     RequestEntityTooLarge,
     RequestHeaderFieldsTooLarge,
     RequestTimeout,
     RequestURITooLarge,
 )
+from werkzeug.routing import RequestRedirect
 
 from app import tracing
 from app.api import telemetry
@@ -68,6 +70,9 @@ from app.api.routes import ROUTES, Route
 from app.domain.access import UNRESTRICTED, Principal
 from app.errors import ApiError, InvalidRequest
 from app.logs import REQUEST_ID
+
+if TYPE_CHECKING:
+    from app.state import AppState
 
 # below Granian's own limits (about 64 KiB of target, 400 KiB of head), which answer
 # with an empty body
@@ -83,14 +88,11 @@ class Api:
 
     def __init__(self, app: Flask) -> None:
         self._app = app
-        self._state = app.extensions["txmsg"]
+        self._state: AppState = app.extensions["txmsg"]
         settings = self._state.settings
-        self._hot = bool(settings.web_hot_routes)
         self._body_timeout = settings.request_body_timeout_seconds
         self._config = app.config
-        wsgi = _terminated_input(app)
-        self._flask = WSGIMiddleware(wsgi, workers=settings.web_threads)
-        self._probes = WSGIMiddleware(wsgi, workers=_PROBE_THREADS)
+        self._flask = WSGIMiddleware(_terminated_input(app), workers=settings.web_threads)
         self._guard = self._state.guard
         self._proxies = settings.trusted_proxies
         self._router = Router(ROUTES)
@@ -126,12 +128,17 @@ class Api:
             await self._refuse(send, scope, RequestURITooLarge(
                 f"the request's path and query exceed {MAX_TARGET_BYTES} bytes"))
             return
-        matched = (self._router.match(scope["method"], path)
-                   if self._hot and not scope.get("root_path") and path.isascii() else None)
-        if matched is None:
-            await self._to_flask(scope, receive, send, head)
-        else:
+        root = scope.get("root_path") or ""
+        if root and path.startswith(root):  # mounted under a prefix
+            path = path[len(root):]
+        method = scope["method"]
+        matched = self._router.match("GET" if method == "HEAD" else method, path)
+        if matched is not None:
             await self._serve(*matched, scope, receive, send, head)
+        elif self._flask_routes.takes(path, method):
+            await self._to_flask(path, scope, receive, send, head)
+        else:
+            await self._unrouted(path, scope, send)
 
     async def _serve(self, route: Route, params: dict[str, str], scope: HTTPScope,
                      receive: Receive, send: Send, head: _Head) -> None:
@@ -179,12 +186,28 @@ class Api:
     async def _offload(self, fn: Callable[..., Any], *args: Any) -> Any:
         return await _in_thread(self._receivers, fn, *args)
 
-    async def _to_flask(self, scope: HTTPScope, receive: Receive, send: Send,
+    async def _unrouted(self, path: str, scope: HTTPScope, send: Send) -> None:
+        """A request no route takes: 404; for a route's path with another method, 405
+        with the methods it has (an OPTIONS request: 200 with them)."""
+        methods = self._router.methods(path)
+        if not methods:
+            await self._refuse(send, scope, NotFound())
+            return
+        allowed = sorted({*methods, "OPTIONS", *(("HEAD",) if "GET" in methods else ())})
+        allow = (("Allow", ", ".join(allowed)),)
+        if scope["method"] == "OPTIONS":
+            await _answer(send, scope, 200, b"", None, telemetry.UNMATCHED, headers=allow,
+                          client=telemetry.asgi_client(scope, self._proxies))
+            return
+        await self._refuse(send, scope, MethodNotAllowed(allowed), headers=allow)
+
+    async def _to_flask(self, path: str, scope: HTTPScope, receive: Receive, send: Send,
                         head: _Head) -> None:
-        """Flask's answer; a request to a Flask route that is not open is authenticated
-        and authorized first, and its body read within its route's limit; one no rule
-        matches is handed over unread (Flask answers 404, 405 or a redirect)."""
-        view, rule, params = self._flask_routes.match(scope)
+        """The dashboard's answer, by Flask (or Flask's redirect or 405 for one of its
+        paths). A request to one of its views that is not open is authenticated and
+        authorized first, and its body read within the view's limit; the answer is
+        recorded here, as this front's own."""
+        view, rule, params = self._flask_routes.match(path, scope["method"])
         raw = b""
         if view is not None:
             try:
@@ -196,8 +219,22 @@ class Api:
             except (ApiError, HTTPException) as exc:
                 await self._refuse(send, scope, exc, rule)
                 return
-        pool = self._probes if rule == "/readyz" else self._flask
-        await pool(scope, _replay(raw), send)
+        request_id, started = cast("dict[str, Any]", scope)[telemetry.SCOPE_KEY]
+        status = 500
+
+        async def recorded(message: Any) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                message = {**message, "headers": [*message.get("headers", ()),
+                                                  (b"x-request-id", request_id.encode())]}
+            await send(message)
+
+        try:
+            await self._flask(scope, _replay(raw), recorded)
+        finally:
+            telemetry.record(request_id, scope["method"], rule, scope["path"], status,
+                             started, client=telemetry.asgi_client(scope, self._proxies))
 
     async def _read_body(self, receive: Receive, head: _Head, limit: int | None,
                          http_version: str) -> bytes:
@@ -216,10 +253,10 @@ class Api:
                                  f"{self._body_timeout:g} s") from None
 
     async def _refuse(self, send: Send, scope: HTTPScope, exc: HTTPException | ApiError,
-                      route: str = telemetry.UNMATCHED) -> None:
+                      route: str = telemetry.UNMATCHED, headers: Headers = ()) -> None:
         """An answer before the request's body was read (then the connection closes)."""
-        status, data, media_type, headers = rendered(exc, scope["path"])
-        headers = _closing(headers, _head(scope["headers"]), scope["http_version"])
+        status, data, media_type, own = rendered(exc, scope["path"])
+        headers = _closing((*own, *headers), _head(scope["headers"]), scope["http_version"])
         await _answer(send, scope, status, data, media_type.encode(), route, headers=headers,
                       client=telemetry.asgi_client(scope, self._proxies))
 
@@ -242,11 +279,15 @@ class Api:
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
                 self._state.close()  # the writers finish what they hold, then stop
-                for pool in (self._receivers, self._threads, self._probe_threads):
-                    pool.shutdown(wait=False, cancel_futures=True)
+                self.stop_threads()
                 tracing.shutdown()  # the spans still buffered are exported
                 await send({"type": "lifespan.shutdown.complete"})
                 return
+
+    def stop_threads(self) -> None:
+        """Let this front's threads go (the app's state is its owner's to close)."""
+        for pool in (self._receivers, self._threads, self._probe_threads):
+            pool.shutdown(wait=False, cancel_futures=True)
 
     def _propagates(self) -> bool:
         propagate = self._app.config["PROPAGATE_EXCEPTIONS"]
@@ -260,23 +301,32 @@ async def _in_thread(pool: Executor, fn: Callable[..., Any], *args: Any) -> Any:
 
 
 class _FlaskRoutes:
-    """The Flask app's URL map, matched here as Flask will match it, to know a request's
-    route (its view's access and body limit) before its body is read."""
+    """The Flask app's URL map (the dashboard's), matched here as Flask will match it, to
+    know whether a request is Flask's and its view (its access and body limit) before its
+    body is read."""
 
     def __init__(self, app: Flask) -> None:
         self._adapter = app.url_map.bind("localhost")
-        self._views = {rule.endpoint: app.view_functions[rule.endpoint]
-                       for rule in app.url_map.iter_rules()}
+        self._views = app.view_functions
 
-    def match(self, scope: HTTPScope) -> tuple[Callable[..., Any] | None, str, Mapping[str, Any]]:
-        """The view, rule and path parameters of the request's route; (None, UNMATCHED,
-        {}) for none (Flask answers 404, 405 or a redirect)."""
-        path, root = scope["path"], scope.get("root_path") or ""
-        if root and path.startswith(root):  # as a2wsgi makes PATH_INFO
-            path = path[len(root):]
+    def takes(self, path: str, method: str) -> bool:
+        """Whether Flask answers: a view of its, or its redirect or 405 for one of its
+        paths."""
         try:
-            rule, params = self._adapter.match(path or "/", scope["method"], return_rule=True)
-        except HTTPException:  # NotFound, MethodNotAllowed, RequestRedirect
+            self._adapter.match(path or "/", method)
+        except RequestRedirect:
+            return True
+        except HTTPException as exc:  # NotFound, MethodNotAllowed
+            return isinstance(exc, MethodNotAllowed)
+        return True
+
+    def match(self, path: str, method: str
+              ) -> tuple[Callable[..., Any] | None, str, Mapping[str, Any]]:
+        """The view, rule and path parameters of the request's route; (None, UNMATCHED,
+        {}) for none (Flask answers a redirect or 405)."""
+        try:
+            rule, params = self._adapter.match(path or "/", method, return_rule=True)
+        except (HTTPException, RequestRedirect):
             return None, telemetry.UNMATCHED, {}
         return self._views[rule.endpoint], rule.rule, params
 
@@ -291,7 +341,8 @@ async def _answer(send: Send, scope: HTTPScope, status: int, data: bytes,
     if content_type is not None:
         fields.insert(0, (b"content-type", content_type))
     await send({"type": "http.response.start", "status": status, "headers": fields})
-    await send({"type": "http.response.body", "body": data})
+    await send({"type": "http.response.body",
+                "body": b"" if scope["method"] == "HEAD" else data})
     telemetry.record(request_id, scope["method"], route, scope["path"], status, started,
                      hot=quiet, client=client)
 

@@ -1,20 +1,17 @@
 """How large a request body each route takes, declared in the route table
-(``Route.carries_messages``, ``app.api.routes``; Flask's views carry it as an attribute).
+(``Route.carries_messages``, ``app.api.routes``; the dashboard's views take a small one).
 
 A route whose body carries messages (a send) takes up to ``MAX_CONTENT_LENGTH``
 (``send_limit``); every other route at most ``SMALL_BODY_BYTES``, so that no route that
 only takes a few offsets or settings can be made to hold a send's worth of memory. Over
 the limit → 413 (``payload_too_large``), declared or chunked. The ASGI front reads each
-body itself with its route's limit (``app.api.asgi``); ``install`` gives Flask the same
-limit for the routes it reads itself (under a WSGI server, or in tests).
+body itself with its route's limit (``app.api.asgi``), before Flask sees it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
-
-from flask import Flask, current_app, request
 
 from app.config import Settings
 
@@ -34,15 +31,3 @@ def body_limit(route: Callable[..., Any] | object, ceiling: int | None) -> int |
     if getattr(route, "carries_messages", False):
         return ceiling
     return SMALL_BODY_BYTES if ceiling is None else min(SMALL_BODY_BYTES, ceiling)
-
-
-def install(app: Flask) -> None:
-    """Each Flask route reads its body with its own limit (werkzeug answers 413 over it)."""
-
-    @app.before_request
-    def _limit_body() -> None:
-        rule = request.url_rule
-        if rule is not None:
-            request.max_content_length = body_limit(
-                current_app.view_functions[rule.endpoint],
-                current_app.config["MAX_CONTENT_LENGTH"])

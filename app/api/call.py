@@ -1,17 +1,16 @@
-"""What a handler is given and what it gives back, whichever front serves the request.
+"""What a handler is given and what it gives back.
 
 A handler (``app.api.routes``) is a function of a ``Call``: the route's path parameters,
 the query (parsed only if asked for), the raw body (already read within the route's
 limit), who the request acts as, the app's state and the request's header fields. It
 answers ``(status, body)``: a body to write as JSON, ``None`` for a 204, or ``Raw``
 bytes with their media type; or it raises an ``ApiError``. The ASGI front
-(``app.api.asgi``) and Flask (``app.api.flask_routes``) build the call each their way and
-render the answer the same way (``app.api.http``).
+(``app.api.asgi``) builds the call and renders the answer (``app.api.http``).
 
 A handler that waits (a send or a commit for its group-commit batch, a long-polling
-receive) is ``async``: on the front it waits on the event loop, holding no thread; what
-it must do off the loop it hands to ``offload``, and a long poll's wait goes through
-``wait`` (the front's probed waits, or a plain wait on the topic's signal under Flask).
+receive) is ``async``: it waits on the front's event loop, holding no thread; what it
+must do off the loop it hands to ``offload``, and a long poll's wait goes through
+``wait`` (the front's probed waits). The others run on the front's threads.
 """
 
 from __future__ import annotations
@@ -19,12 +18,15 @@ from __future__ import annotations
 import re
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 from urllib.parse import parse_qsl
 
 from app.domain.access import Principal
 from app.domain.limits import DEFAULT_PAGE_LIMIT, MAX_INT64, MAX_PAGE_LIMIT
 from app.errors import InvalidRequest
+
+if TYPE_CHECKING:
+    from app.state import AppState
 
 T = TypeVar("T")
 # plain decimal digits only (int() would also take "1_0", " 7" or other scripts' digits)
@@ -48,7 +50,7 @@ class Call:
     params: dict[str, str]
     body: bytes
     principal: Principal
-    state: Any  # app.web.AppState (app.web imports this package)
+    state: AppState
     headers: Iterable[tuple[bytes, bytes]]  # lower-case names, as in an ASGI scope
     query_string: bytes = b""
     offload: Offload | None = None  # run a blocking function off the event loop

@@ -1,15 +1,19 @@
-"""The API's one renderer: JSON answers and RFC 9457 problem+json errors, whichever front
-serves the request (``app.api.asgi``, ``app.api.flask_routes``); request bodies as JSON."""
+"""The API's one renderer: JSON answers and RFC 9457 problem+json errors, for the ASGI
+front's answers (``app.api.asgi``) and for the few Flask gives itself (a 405 on one of the
+dashboard's paths); request bodies as JSON."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
-from flask import current_app
+from flask import Response, current_app, request
 from werkzeug.exceptions import HTTPException
 
 from app.errors import ApiError, InvalidRequest
+
+if TYPE_CHECKING:
+    from app.state import AppState
 
 PROBLEM_TYPE = "urn:txmsg:problem:"
 PROBLEM_MEDIA_TYPE = "application/problem+json"
@@ -32,9 +36,10 @@ def parse_json(raw: bytes) -> Any:
         raise InvalidRequest(f"the body is not valid JSON: {exc}", code="invalid_json") from None
 
 
-def state() -> Any:
-    """The app's state (``app.web.AppState``), for what Flask serves (the dashboard)."""
-    return current_app.extensions["txmsg"]
+def state() -> AppState:
+    """The app's state, for what Flask serves (the dashboard)."""
+    app_state: AppState = current_app.extensions["txmsg"]
+    return app_state
 
 
 def problem_document(status: int, code: str, title: str, detail: str, instance: str,
@@ -61,6 +66,17 @@ def rendered(error: ApiError | HTTPException, instance: str
     if isinstance(error, ApiError):
         return error.status, api_problem(error, instance), PROBLEM_MEDIA_TYPE, error.headers
     return (*http_problem(error, instance), PROBLEM_MEDIA_TYPE, ())
+
+
+def flask_problem(exc: HTTPException) -> Response:
+    """Flask's own HTTP errors (those of its routing, outside the dashboard's views) as
+    problem+json, with their ``Allow``."""
+    status, data, media_type, _ = rendered(exc, request.path)
+    answer = Response(data, status=status, mimetype=media_type)
+    allow = exc.get_response().headers.get("Allow") if status == 405 else None
+    if allow:
+        answer.headers["Allow"] = allow
+    return answer
 
 
 _HTTP_CODES = {404: "route_not_found", 405: "method_not_allowed", 413: "payload_too_large",

@@ -1,6 +1,6 @@
 """The ASGI front's router: the route table (``app.api.routes``) compiled once into a tree
-of path segments, matched as Flask's URL map matches the same rules (a parameter is one
-non-empty segment; a literal segment wins over a parameter)."""
+of path segments (a parameter is one non-empty segment; a literal segment wins over a
+parameter)."""
 
 from __future__ import annotations
 
@@ -39,16 +39,22 @@ class Router:
             node.routes[route.method] = route
 
     def match(self, method: str, path: str) -> tuple[Route, dict[str, str]] | None:
-        """The route and its parameters; None when no route has this path and method (Flask
-        answers: 404, or 405 with the methods the path has)."""
+        """The route and its parameters; None when no route has this path and method (404,
+        or 405 with the path's ``methods``)."""
+        params: dict[str, str] = {}
+        node = self._node(path, params)
+        route = None if node is None else node.routes.get(method)
+        return None if route is None else (route, params)
+
+    def methods(self, path: str) -> frozenset[str]:
+        """The methods of the routes with this path (none: no route has it)."""
+        node = self._node(path, {})
+        return frozenset(() if node is None else node.routes)
+
+    def _node(self, path: str, params: dict[str, str]) -> _Node | None:
         if not path.startswith("/"):
             return None
-        params: dict[str, str] = {}
-        node = self._walk(self._root, path.split("/"), 1, params)
-        if node is None:
-            return None
-        route = node.routes.get(method)
-        return None if route is None else (route, params)
+        return self._walk(self._root, path.split("/"), 1, params)
 
     def _walk(self, node: _Node, segments: list[str], i: int, params: dict[str, str]
               ) -> _Node | None:

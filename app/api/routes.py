@@ -3,8 +3,8 @@
 Each ``Route`` says its method and path, the access it needs (``app.api.access``), its
 handler (``app.api.call``), its request and answer models, the problem codes it may
 answer and how large a body it takes. Everything that needs the routes reads ``ROUTES``:
-the ASGI front's router (``app.api.asgi``), Flask's URL map (``app.api.flask_routes``),
-the OpenAPI document (``app.api.openapi``) and the tests that walk every route.
+the ASGI front's router (``app.api.asgi``, the API's one front), the OpenAPI document
+(``app.api.openapi``) and the tests that walk every route.
 
 Adding a route: a handler in the module of its resource, its request model in the domain
 (the one that validates it, as in ``app.domain.messages``), its answer's shape in
@@ -14,17 +14,15 @@ Adding a route: a handler in the module of its resource, its request model in th
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Any
 
 from app.api import groups, health, subscriptions, tokens, topics, transactions
 from app.api.access import ADMIN_ONLY, OPEN, Access
-from app.api.call import Answer, Call
+from app.api.call import Call
 from app.api.schemas import (
     Acked,
     CommittedTransaction,
@@ -78,12 +76,10 @@ class Route:
     body_required: bool = True
     # its query and header parameters (``app.api.openapi``'s names for them)
     parameters: tuple[str, ...] = ()
-    # what Flask runs (on the request's thread) when ``handler`` is async
-    threaded: Handler | None = None
     carries_messages: bool = False  # takes a send's body limit, not a small one's
     quiet: bool = False  # a success is logged at DEBUG: the hot routes
     own_threads: bool = False  # run on threads no other route waits behind (/readyz)
-    rule: str = field(init=False)  # Flask's form, and the label of metrics and logs
+    rule: str = field(init=False)  # /v1/topics/<topic>: the label of metrics and logs
     params: tuple[str, ...] = field(init=False)
     on_loop: bool = field(init=False)
 
@@ -91,20 +87,6 @@ class Route:
         object.__setattr__(self, "rule", _PARAM.sub(r"<\1>", self.path))
         object.__setattr__(self, "params", tuple(_PARAM.findall(self.path)))
         object.__setattr__(self, "on_loop", inspect.iscoroutinefunction(self.handler))
-
-    def for_thread(self) -> Callable[[Call], Answer]:
-        """The handler to run on a thread (Flask's)."""
-        if self.threaded is not None:
-            return self.threaded
-        if self.on_loop:
-            return partial(_awaited, self.handler)
-        handler: Callable[[Call], Answer] = self.handler
-        return handler
-
-
-def _awaited(handler: Handler, call: Call) -> Answer:
-    answer: Answer = asyncio.run(handler(call))
-    return answer
 
 
 def requires(action: str, param: str | None = None) -> Access:
@@ -181,7 +163,7 @@ ROUTES: tuple[Route, ...] = (
            "413": "body_too_large, payload_too_large",
            "422": "unregistered_producer_group", **_DB},
           body=(TransactionIn, SingleMessageTransactionIn),
-          parameters=("traceparent", "tracestate"), threaded=transactions.send_threaded, carries_messages=True, quiet=True),
+          parameters=("traceparent", "tracestate"), carries_messages=True, quiet=True),
     Route("GET", _TXNS, _PRODUCE, transactions.list_transactions, "listTransactions",
           "transactions", "The group's transactions, oldest first", {"200": TransactionList},
           {"400": f"{_GROUP}, invalid_query_parameter", **_DB},
@@ -193,12 +175,11 @@ ROUTES: tuple[Route, ...] = (
           "transactions", "Make the messages visible (answered once durable; repeatable)",
           {"200": (CommittedTransaction, "Committed (now or before).")},
           # a transaction whose discard released its acks takes them again
-          {**_FINISH, "409": "invalid_state_transition, ack_not_pending, ack_conflict"},
-          threaded=transactions.commit_threaded, quiet=True),
+          {**_FINISH, "409": "invalid_state_transition, ack_not_pending, ack_conflict"}, quiet=True),
     Route("POST", f"{_TXN}/rollback", _PRODUCE, transactions.rollback, "rollbackTransaction",
           "transactions", "Drop the messages for good (repeatable)",
           {"200": (RolledBackTransaction, "Rolled back (now or before).")}, _FINISH,
-          threaded=transactions.rollback_threaded, quiet=True),
+          quiet=True),
     Route("POST", f"{_TXN}/resume-check", _PRODUCE, transactions.resume_check, "resumeCheck",
           "transactions",
           "Put a DISCARDED transaction back to PREPARED with its check count at 0",
@@ -243,7 +224,7 @@ ROUTES: tuple[Route, ...] = (
           {"400": _NAMES, "404": "subscription_not_found", **_DB}),
     _action("receive", "Lease deliverable messages, lowest offsets first (long polling "
             "with wait_ms)", subscriptions.receive, Received, ReceiveIn, body_required=False,
-            threaded=subscriptions.receive_threaded, quiet=True),
+            quiet=True),
     _action("ack", "Acknowledge offsets (repeating is harmless)", subscriptions.ack, Acked,
             OffsetsIn, ", invalid_offset", quiet=True),
     _action("nack", "Give leased messages back: redelivered after delay_ms or the backoff",

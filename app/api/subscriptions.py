@@ -1,14 +1,10 @@
 """Subscriptions: create, inspect, receive, ack, nack, renew, seek (``app.domain.subscriptions``).
 
-A receive with ``wait_ms`` long-polls (``app.api.longpoll.long_poll``): on the ASGI front
-its waits hold no thread; under Flask (``TXMSG_WEB_HOT_ROUTES=false``, or a WSGI server)
-the same loop runs on the request's thread, woken by this process's commits and looking
-again at least once a second.
+A receive with ``wait_ms`` long-polls (``app.api.longpoll.long_poll``) on the front's
+event loop: its waits hold no thread.
 """
 
 from __future__ import annotations
-
-import asyncio
 
 from app import tracing
 from app.api.access import Access, authorize
@@ -21,7 +17,6 @@ from app.domain import subscriptions as subs
 from app.domain.access import CONSUME
 from app.domain.messages import parse_body
 from app.domain.names import check_name, check_readable_topic
-from app.domain.wakeups import RECHECK_SECONDS
 
 
 def _names(call: Call) -> tuple[str, str]:
@@ -71,17 +66,6 @@ async def receive(call: Call) -> Answer:
     topic, name = _names(call)
     request = parse_body(subs.ReceiveIn, parse_json(call.body) if call.body else {})
     return 200, await long_poll(call, topic, name, request.max_messages, request.wait_ms)
-
-
-def receive_threaded(call: Call) -> Answer:
-    """``receive`` on the request's thread, whose event loop is its own: a wait blocks it."""
-    signal = call.state.signal
-
-    async def wait(topic: str, name: str, seen: int, timeout: float) -> None:
-        signal.wait(topic, seen, min(timeout, RECHECK_SECONDS))
-
-    call.wait = wait
-    return asyncio.run(receive(call))
 
 
 def ack(call: Call) -> Answer:

@@ -5,19 +5,17 @@ letters, digits and ``._:-``; anything else could forge or flood log lines), els
 one; every answer carries it back in ``X-Request-Id``, and every log line written while
 the request is served carries it.
 
-Whoever sees a request first chooses its id and start time: the ASGI front
-(``app.api.asgi``) for everything under ``txmsg serve``, which hands them to Flask in the
-ASGI scope (a2wsgi passes the scope on as ``environ["asgi.scope"]``); Flask itself when
-it runs alone. The requests the front answers itself (every route of the route table,
-and its refusals) are recorded by the front, all others (the dashboard, 404s, 405s) by
-Flask, each exactly once.
+The ASGI front (``app.api.asgi``) sees every request first: it chooses its id and start
+time, and records every request once when it is answered, those it hands to Flask (the
+dashboard) too. It hands the id to Flask in the ASGI scope (a2wsgi passes the scope on as
+``environ["asgi.scope"]``), for the log lines of Flask's thread.
 
 Behind a reverse proxy (``TXMSG_TRUSTED_PROXIES``), a request whose direct peer is in
 those networks has its ``X-Forwarded-For`` and ``X-Forwarded-Proto`` honoured (werkzeug's
 ``ProxyFix``, one hop): its client address is the proxy's client, its scheme the one the
 proxy was reached by (so the dashboard's cookie is ``Secure`` behind TLS). From any other
-peer they are ignored, as everywhere when the setting is empty. The access line of a
-Flask request names its client.
+peer they are ignored, as everywhere when the setting is empty. Every access line names
+its client.
 
 Metric labels are the route pattern (``/v1/topics/<topic>/messages``), never the raw
 path, and a method outside the known ones is ``OTHER``: the series stay bounded whatever
@@ -34,14 +32,14 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from flask import Flask, Response, request
+from flask import Flask
 from werkzeug.middleware.proxy_fix import ProxyFix
 
 from app.logs import REQUEST_ID
 from app.metrics import HTTP_DURATION
 
 HEADER = "X-Request-Id"
-# where the front leaves (request id, start time) for Flask, in the scope and the environ
+# where the front leaves (request id, start time), in the scope (Flask reads it there)
 SCOPE_KEY = "txmsg.request"
 UNMATCHED = "<unmatched>"  # the route of a request that matched none (404, 405, refusals)
 # answered often and only to probes: logged at DEBUG
@@ -96,13 +94,12 @@ def record(request_id: str, method: str, route: str, path: str, status: int,
 
 
 def install(app: Flask, trusted_proxies: Sequence[IPNetwork] = ()) -> None:
-    """Give the Flask app's requests their id, header, metric and access line, and their
-    client and scheme from the trusted proxies' headers."""
+    """Give the Flask app's requests their id in their thread's log lines, and their client
+    and scheme from the trusted proxies' headers."""
     wsgi_app = app.wsgi_app
     if trusted_proxies:
         wsgi_app = _BehindProxies(wsgi_app, trusted_proxies)
     app.wsgi_app = _Identified(wsgi_app)  # type: ignore[method-assign]
-    app.after_request(_recorded)
 
 
 class _BehindProxies:
@@ -147,8 +144,8 @@ def asgi_client(scope: Any, networks: Sequence[IPNetwork]) -> str | None:
 
 
 class _Identified:
-    """WSGI middleware: the request's (id, start) in the environ, and the id in the
-    logging context of the thread serving it."""
+    """WSGI middleware: the request's id, as the front chose it, in the logging context of
+    the thread serving it."""
 
     def __init__(self, wsgi_app: Callable[..., Iterable[bytes]]) -> None:
         self._app = wsgi_app
@@ -157,21 +154,9 @@ class _Identified:
                  start_response: Callable[..., Any]) -> Iterable[bytes]:
         scope = environ.get("asgi.scope")
         known = scope.get(SCOPE_KEY) if scope is not None else None
-        if known is None:
-            known = (request_id(environ.get("HTTP_X_REQUEST_ID")), time.perf_counter())
-        environ[SCOPE_KEY] = known
-        token = REQUEST_ID.set(known[0])
+        token = REQUEST_ID.set(known[0] if known is not None
+                               else request_id(environ.get("HTTP_X_REQUEST_ID")))
         try:
             return self._app(environ, start_response)
         finally:
             REQUEST_ID.reset(token)
-
-
-def _recorded(response: Response) -> Response:
-    """After every Flask answer, error answers included."""
-    rid, started = request.environ[SCOPE_KEY]
-    response.headers[HEADER] = rid
-    rule = request.url_rule
-    record(rid, request.method, rule.rule if rule is not None else UNMATCHED, request.path,
-           response.status_code, started, client=request.remote_addr)
-    return response

@@ -1,8 +1,7 @@
 """Transactions: send half messages, commit, roll back, resume checks, query.
 
-A send, a commit and a rollback wait for their group-commit batch: on the ASGI front
-they wait on the event loop (``send``, ``commit``, ``rollback``); under Flask, on the
-request's thread (their ``*_threaded`` twins). Both parse, check and answer alike.
+A send, a commit and a rollback wait for their group-commit batch on the front's event
+loop, holding no thread; the others run on the front's threads.
 """
 
 from __future__ import annotations
@@ -52,11 +51,6 @@ async def send(call: Call) -> Answer:
     return _sent(await call.state.lifecycle.send_async(group, txn, trace))
 
 
-def send_threaded(call: Call) -> Answer:
-    group, txn, trace = _send_request(call)
-    return _sent(call.state.lifecycle.send(group, txn, trace))
-
-
 def _names(call: Call) -> tuple[str, str]:
     return (check_group_name(call.params["group"]),
             check_transaction_id(call.params["transaction_id"]))
@@ -75,7 +69,7 @@ async def _finish_async(call: Call, op: Op) -> Answer:
 
 
 def _finish(call: Call, op: Op) -> Answer:
-    """Commit, roll back or resume checks (always 200)."""
+    """Resume checks, on a thread (always 200)."""
     group, transaction_id = _names(call)
     return 200, call.state.lifecycle.finish(group, transaction_id, op,
                                             trace=_finish_trace(call)).body
@@ -86,17 +80,9 @@ async def commit(call: Call) -> Answer:
     return await _finish_async(call, Op.COMMIT)
 
 
-def commit_threaded(call: Call) -> Answer:
-    return _finish(call, Op.COMMIT)
-
-
 async def rollback(call: Call) -> Answer:
     """Drop the transaction's messages for good."""
     return await _finish_async(call, Op.ROLLBACK)
-
-
-def rollback_threaded(call: Call) -> Answer:
-    return _finish(call, Op.ROLLBACK)
 
 
 def resume_check(call: Call) -> Answer:

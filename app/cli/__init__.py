@@ -122,6 +122,7 @@ def serve(host: str, port: int, no_checker: bool, no_migrate: bool, workers: int
     from granian.http import HTTP1Settings
 
     from app import logs, tracing
+    from app.config import retired_settings
 
     if not no_migrate:
         _migrate_once_reachable(settings)
@@ -132,17 +133,17 @@ def serve(host: str, port: int, no_checker: bool, no_migrate: bool, workers: int
         tracing.install()  # the checker's spans (the web workers install their own)
         service = CheckService(settings)
         service.start()
-    asgi = settings.web_interface == "asgi"
-    log.info("txmsg serving http://%s:%d on %s (%s)%s%s", host, port,
-             _redacted(settings.database_url), settings.web_interface.upper(),
+    for warning in retired_settings(os.environ):
+        log.warning("txmsg serve: %s", warning)
+    log.info("txmsg serving http://%s:%d on %s%s%s", host, port,
+             _redacted(settings.database_url),
              "" if no_checker else " with the check service",
              ", access control on" if settings.access_control else ", access control off")
     try:
         Granian(
-            "app.web:asgi_from_env" if asgi else "app.web:app_from_env", factory=True,
-            address=host, port=port, interface=Interfaces.ASGI if asgi else Interfaces.WSGI,
+            "app.web:asgi_from_env", factory=True,
+            address=host, port=port, interface=Interfaces.ASGI,
             workers=workers or settings.web_workers,
-            blocking_threads=None if asgi else settings.web_threads,
             # HTTP/1 alone: with HTTP/2 too, hyper-util reads the first bytes to tell
             # them apart with no timer, and a connection that sends none stays open
             # (hyperium/hyper#3756); HTTP/1's header_read_timeout starts at the accept

@@ -18,6 +18,7 @@ from app.web import create_app
 from tests.acceptance.conftest import Checker
 from tests.callbacks import CallbackServer, Reply, answer, wait_until
 from tests.conftest import make_settings
+from tests.front_client import front
 
 CHECKER_ENV = {"TXMSG_TRANSACTION_TIMEOUT_SECONDS": "0", "TXMSG_CHECK_INTERVAL_SECONDS": "0",
                "TXMSG_CHECK_MAX_TIMES": "3", "TXMSG_CHECKER_POLL_SECONDS": "0.1",
@@ -47,7 +48,7 @@ def api(postgres_url: str) -> Iterator[Any]:
 
 
 def _state(api: Any, txid: str) -> dict[str, Any]:
-    return api.test_client().get(f"/v1/producer-groups/shop/transactions/{txid}").json
+    return front(api).get(f"/v1/producer-groups/shop/transactions/{txid}").json
 
 
 def _check_log(api: Any, txid: str) -> list[int]:
@@ -62,7 +63,7 @@ def test_two_checker_processes_never_check_one_transaction_twice(
         api: Any, checkers: Any, postgres_url: str) -> None:
     callback = CallbackServer(Reply(body=b'{"resolution": "UNKNOWN"}', delay=0.02))
     try:
-        client = api.test_client()
+        client = front(api)
         client.put("/v1/producer-groups/shop", json={"check_urls": [callback.url]})
         env = {"TXMSG_DATABASE_URL": postgres_url, **CHECKER_ENV}
         procs = [checkers(env), checkers(env)]
@@ -104,7 +105,7 @@ def test_a_checker_killed_mid_check_loses_nothing(api: Any, checkers: Any,
 
     callback = CallbackServer(reply)
     try:
-        client = api.test_client()
+        client = front(api)
         # 2 s per URL: the lease is 1 s + 3 x 2 s, the kill comes long before a timeout
         client.put("/v1/producer-groups/shop",
                    json={"check_urls": [callback.url], "check_timeout_ms": 2000})

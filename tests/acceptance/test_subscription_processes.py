@@ -16,6 +16,7 @@ import requests
 
 from app.web import create_app
 from tests.conftest import make_settings
+from tests.front_client import front
 from tests.integration.helpers import finish, register, send
 
 N = 300
@@ -51,7 +52,7 @@ class HttpSide:
 
 class AppSide:
     def __init__(self, app: Any) -> None:
-        self.client = app.test_client()
+        self.client = front(app)
 
     def post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         r = self.client.post(path, json=body)
@@ -70,7 +71,7 @@ def test_every_offset_is_acknowledged_or_dead_lettered_exactly_once(
     servers = [serve_factory(env, "--no-checker") for _ in range(2)]
     app = create_app(make_settings(postgres_url))
     try:
-        client = app.test_client()
+        client = front(app)
         register(client)
         assert client.put(SUB, json={
             "initial_position": "earliest", "ack_timeout_ms": 1000, "max_redeliveries": 2,

@@ -15,6 +15,7 @@ from app.web import create_app
 from checker.service import CheckService
 from tests.callbacks import CallbackServer, Reply
 from tests.conftest import make_settings
+from tests.front_client import front
 
 # small timings: due at once, checked again 0.1 s later, discarded after 3 checks,
 # a dead checker's claim retried 2 s after the callbacks' own timeouts
@@ -26,7 +27,7 @@ class Harness:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.app = create_app(settings)
-        self.client = self.app.test_client()
+        self.client = front(self.app)
         self.engine = self.app.extensions["txmsg"].engine
         self.services: list[CheckService] = []
         self.servers: list[CallbackServer] = []

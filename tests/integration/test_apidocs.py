@@ -11,6 +11,7 @@ import pytest
 
 from app.web import create_app
 from tests.conftest import make_settings
+from tests.front_client import front
 
 ADMIN_TOKEN = "apidocs-admin-token-0123456789abcdef"
 
@@ -20,7 +21,7 @@ def client(database_url: str) -> Iterator[Any]:
     """Access control on: /docs and its files need no token, as /openapi.json."""
     app = create_app(make_settings(database_url, admin_token=ADMIN_TOKEN))
     try:
-        yield app.test_client()
+        yield front(app)
     finally:
         app.extensions["txmsg"].close()
 

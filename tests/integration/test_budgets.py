@@ -20,6 +20,7 @@ from app.storage import subscription_leases as leases
 from app.storage import subscriptions as store
 from app.storage.db import each_statement_alone, write_transaction
 from app.storage.schema import subscription, subscription_offset
+from tests.front_client import front
 from tests.integration.helpers import finish, register, send
 from tests.integration.subscription_helpers import create
 
@@ -88,7 +89,7 @@ def test_the_one_statement_receive_leases_as_leasing_says(
 
     app = create_app(make_settings(postgres_url))
     try:
-        client, engine = app.test_client(), engine_of(app)
+        client, engine = front(app), engine_of(app)
         commit_sizes(client, [1, 2, 3])
         create(client, initial_position="earliest")
         with write_transaction(engine) as conn:

@@ -12,6 +12,7 @@ from app.cli import main
 from app.domain.tokens import CACHE_SECONDS, TokenGuard
 from app.web import create_app
 from tests.conftest import make_settings
+from tests.front_client import front
 from tests.integration.helpers import FakeClock, Txmsg
 
 ADMIN_TOKEN = "cli-test-admin-token-0123456789"
@@ -49,7 +50,7 @@ def test_create_list_revoke(txmsg, database_url: str) -> None:  # type: ignore[n
     try:
         state, clock = app.extensions["txmsg"], FakeClock()
         state.guard = TokenGuard(state.engine, settings.admin_token, clock=clock)
-        client = app.test_client()
+        client = front(app)
         auth = {"Authorization": f"Bearer {made['token']}"}
         assert client.get("/v1/topics/orders/messages", headers=auth).status_code == 200
         assert txmsg("revoke", made["token_id"]).output.strip() == f"revoked {made['token_id']}"
@@ -94,7 +95,7 @@ def test_a_metrics_token_made_here_scrapes_metrics_and_nothing_else(  # type: ig
     assert made["scopes"] == ["metrics"]
     app = create_app(make_settings(database_url, admin_token=ADMIN_TOKEN))
     try:
-        client = app.test_client()
+        client = front(app)
         auth = {"Authorization": f"Bearer {made['token']}"}
         assert client.get("/metrics", headers=auth).status_code == 200
         assert client.get("/metrics").status_code == 401

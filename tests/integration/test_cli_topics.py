@@ -11,6 +11,7 @@ import pytest
 
 from app.web import create_app
 from tests.conftest import make_settings
+from tests.front_client import front
 from tests.integration.helpers import Txmsg, finish, register, send
 
 DEFAULT = 259200
@@ -20,7 +21,7 @@ DEFAULT = 259200
 def client(database_url: str) -> Iterator[Any]:
     app = create_app(make_settings(database_url))
     try:
-        client = app.test_client()
+        client = front(app)
         register(client)
         for i, topic in enumerate(("orders", "orders", "audit")):
             assert send(client, transaction_id=f"tx-{i}", topic=topic, body="x").status_code == 201

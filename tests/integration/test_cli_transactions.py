@@ -17,6 +17,7 @@ from app.storage import transactions
 from app.storage.schema import op_log
 from app.web import create_app
 from tests.conftest import make_settings
+from tests.front_client import front
 from tests.integration.helpers import Txmsg, discard_after_one_check, finish, register, send
 
 GROUP = "orders-svc"
@@ -48,7 +49,7 @@ def sources(app: Any, txid: str) -> list[tuple[str, str]]:
 
 
 def test_list_filters_by_group_and_state_oldest_first(api: Any, txmsg: Txmsg) -> None:
-    client = api.test_client()
+    client = front(api)
     register(client)
     register(client, "billing")
     for i in range(3):
@@ -90,14 +91,14 @@ def test_list_filters_by_group_and_state_oldest_first(api: Any, txmsg: Txmsg) ->
 ])
 def test_refusals_are_one_line_on_stderr(api: Any, txmsg: Txmsg, args: tuple[str, ...],
                                           code: str) -> None:
-    register(api.test_client())
+    register(front(api))
     result = txmsg.run("transactions", *args, code=1)
     assert result.stdout == ""
     assert result.stderr.startswith(f"txmsg: {code}: ") and result.stderr.count("\n") == 1
 
 
 def test_show_has_messages_and_check_history(api: Any, txmsg: Txmsg) -> None:
-    client = api.test_client()
+    client = front(api)
     register(client)
     assert send(client, transaction_id="tx-0", messages=[
         {"topic": "orders", "body": "one", "keys": ["k1", "k2"], "tag": "created"},
@@ -122,7 +123,7 @@ def test_show_has_messages_and_check_history(api: Any, txmsg: Txmsg) -> None:
 
 
 def test_resume_commit_rollback_follow_the_api_rules(api: Any, txmsg: Txmsg) -> None:
-    client = api.test_client()
+    client = front(api)
     register(client)
     for txid in ("tx-0", "tx-1"):
         assert send(client, transaction_id=txid).status_code == 201
@@ -161,7 +162,7 @@ def test_resume_commit_rollback_follow_the_api_rules(api: Any, txmsg: Txmsg) -> 
 
 
 def test_a_discarded_transaction_committed_late_from_the_cli(api: Any, txmsg: Txmsg) -> None:
-    client = api.test_client()
+    client = front(api)
     register(client)
     assert send(client, transaction_id="tx-0").status_code == 201
     discard_after_one_check(api, "tx-0")
@@ -172,7 +173,7 @@ def test_a_discarded_transaction_committed_late_from_the_cli(api: Any, txmsg: Tx
 
 
 def test_the_console_script(api: Any, txmsg: Txmsg) -> None:
-    client = api.test_client()
+    client = front(api)
     register(client)
     for txid in ("tx-0", "tx-1"):
         assert send(client, transaction_id=txid).status_code == 201
@@ -215,7 +216,7 @@ def test_the_operations_page_example(api: Any, txmsg: Txmsg) -> None:
     assert [c[:3] for c in commands] == [["txmsg", "transactions", "list"],
                                          ["txmsg", "transactions", "show"],
                                          ["txmsg", "transactions", "resume"]]
-    client = api.test_client()
+    client = front(api)
     register(client, "order-service")
     assert send(client, "order-service", transaction_id="order-42").status_code == 201
     discard_after_one_check(api, "order-42", "order-service")

@@ -11,6 +11,7 @@ from txmsg_client.callback import CheckerServer
 
 from tests.callbacks import wait_until
 from tests.conftest import LiveServer
+from tests.front_client import front
 from tests.integration.checker_harness import harness, harness_factory  # noqa: F401
 
 
@@ -107,13 +108,12 @@ def test_an_unreachable_service_after_the_local_transaction_leaves_it_to_the_che
 
     def local(sent: dict[str, Any]) -> Resolution:
         server.stop()
-        server.server.server_close()
         return Resolution.COMMIT
 
     result = p.send_in_transaction(message("orders", "x"), local, transaction_id="t-1")
     assert result.state == "PREPARED" and result.resolution is Resolution.COMMIT
     assert isinstance(result.end_error, requests.ConnectionError)
-    state = app.test_client().get("/v1/producer-groups/shop/transactions/t-1").json["state"]
+    state = front(app).get("/v1/producer-groups/shop/transactions/t-1").json["state"]
     assert state == "PREPARED"
 
 

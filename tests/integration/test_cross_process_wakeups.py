@@ -23,6 +23,7 @@ from app.web import create_app
 from tests.asgi_client import AsgiClient
 from tests.callbacks import wait_until
 from tests.conftest import make_settings
+from tests.front_client import front
 from tests.integration.helpers import finish, register, send
 
 RECEIVE = "/v1/topics/t/subscriptions/s/receive"
@@ -192,7 +193,7 @@ def woken_by_the_other(here: Any, http: AsgiClient, other: Any, first: int) -> N
     notification (the probe would not look for a minute)."""
     state = here.extensions["txmsg"]
     wait_until(state.listener.listening.is_set, what="the listener listening")
-    client = other.test_client()
+    client = front(other)
     before = notified()
     with ThreadPoolExecutor(1) as pool:
         poll = pool.submit(long_poll, http, 20_000)
@@ -206,7 +207,7 @@ def woken_by_the_other(here: Any, http: AsgiClient, other: Any, first: int) -> N
 def test_a_commit_of_another_process_wakes_a_waiting_receive(
         fronts: tuple[Any, AsgiClient, Any]) -> None:
     here, http, other = fronts
-    client = other.test_client()
+    client = front(other)
     register(client)
     assert client.put("/v1/topics/t/subscriptions/s", json={}).status_code == 201
     woken_by_the_other(here, http, other, 0)
@@ -217,7 +218,7 @@ def test_the_wakeups_work_again_after_their_connections_are_terminated(
     """The listeners' and the publishers' backends terminated (as by a database restart):
     each end reconnects, and a commit of the other process wakes a receive again."""
     here, http, other = fronts
-    client = other.test_client()
+    client = front(other)
     register(client)
     assert client.put("/v1/topics/t/subscriptions/s", json={}).status_code == 201
     woken_by_the_other(here, http, other, 0)
@@ -237,5 +238,5 @@ def test_the_wakeups_work_again_after_their_connections_are_terminated(
             return len({pid for pid, in rows} - {pid for pid, _ in ended}) == 2
 
         wait_until(listening_again, what="both listeners back")
-    assert here.test_client().get("/readyz").status_code == 200
+    assert front(here).get("/readyz").status_code == 200
     woken_by_the_other(here, http, other, 2)

@@ -21,6 +21,7 @@ from app.vocabulary import Op
 from app.web import create_app
 from tests.callbacks import answer, wait_until
 from tests.conftest import make_settings
+from tests.front_client import front
 from tests.integration.checker_harness import Harness, harness_factory  # noqa: F401
 from tests.integration.dashboard_helpers import ADMIN_TOKEN, csrf_of
 from tests.integration.helpers import row_counts
@@ -119,7 +120,7 @@ def test_sign_in_keeps_a_strict_httponly_session_cookie(client: Any) -> None:
 
 
 def test_over_https_the_cookie_is_secure(app: Any) -> None:
-    client = app.test_client()
+    client = front(app)
     form = client.get("/ui/sign-in", base_url="https://localhost")
     r = client.post("/ui/sign-in", base_url="https://localhost",
                     headers={"Referer": "https://localhost/ui/sign-in"},
@@ -167,7 +168,7 @@ def test_a_session_ends_with_its_token_or_a_new_admin_token(
     assert cookie is not None
     other = create_app(make_settings(database_url, admin_token="another-admin-token-0123456"))
     try:
-        c2 = other.test_client()
+        c2 = front(other)
         c2.set_cookie("txmsg_ui", cookie.value, path="/ui/")
         assert c2.get("/ui/").status_code == 302
     finally:
@@ -195,12 +196,12 @@ def test_signing_out_ends_the_session_on_the_server_in_every_process(
             sign_in(client, token=token)
             cookie = client.get_cookie("txmsg_ui", path="/ui/")
             assert cookie is not None
-            replay = other.test_client()
+            replay = front(other)
             replay.set_cookie("txmsg_ui", cookie.value, path="/ui/")
             assert replay.get("/ui/tokens").status_code == 200
             r = client.post("/ui/sign-out", data={"csrf_token": csrf_of(client.get("/ui/"))})
             assert r.status_code == 303
-            for c in (replay, app.test_client()):
+            for c in (replay, front(app)):
                 c.set_cookie("txmsg_ui", cookie.value, path="/ui/")
                 r = c.get("/ui/tokens")
                 assert (r.status_code, r.headers["Location"]) == (
@@ -219,7 +220,7 @@ def test_revoking_a_token_ends_its_sessions_in_every_process(
     assert cookie is not None
     other = create_app(settings)
     try:
-        replay = other.test_client()
+        replay = front(other)
         replay.set_cookie("txmsg_ui", cookie.value, path="/ui/")
         assert replay.get("/ui/tokens").status_code == 200
         r = client.delete(f"/v1/tokens/{token.split('_')[1]}", headers=AS_ADMIN)
@@ -253,7 +254,7 @@ def test_the_cookie_holds_only_a_session_id(client: Any) -> None:
 def test_with_access_control_off_no_sign_in_is_needed(database_url: str) -> None:
     app = create_app(make_settings(database_url))
     try:
-        c = app.test_client()
+        c = front(app)
         r = c.get("/ui/")
         assert r.status_code == 200 and "Sign out" not in text(r) and "Tokens" in text(r)
         assert c.get("/ui/sign-in").status_code == 302
@@ -283,7 +284,7 @@ def test_a_post_without_its_csrf_token_is_400_and_changes_nothing(
 def test_another_sessions_csrf_token_is_refused(app: Any, client: Any,
                                                 seeded: dict[str, Any]) -> None:
     sign_in(client)
-    other = app.test_client()
+    other = front(app)
     sign_in(other)
     token = csrf_of(other.get(f"/ui/transactions/{GROUP}/t-open/commit"))
     r = client.post(f"/ui/transactions/{GROUP}/t-open/commit", data={"csrf_token": token})

@@ -180,10 +180,9 @@ def _terminate_sessions(admin: Any, dbname: str) -> None:
                           "WHERE datname = :db AND pid <> pg_backend_pid()"), {"db": dbname})
 
 
-@pytest.mark.parametrize("hot_routes", [True, False], ids=["asgi", "flask"])
 def test_a_read_only_postgresql_answers_503_and_is_not_ready(
-        postgres_url: str, service_factory: Any, hot_routes: bool) -> None:
-    service = service_factory(database_url=postgres_url, web_hot_routes=hot_routes)
+        postgres_url: str, service_factory: Any) -> None:
+    service = service_factory(database_url=postgres_url)
     assert service.register().status == 200
     for tid in ("c", "r"):
         assert service.send(tid).status == 201

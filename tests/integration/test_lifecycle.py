@@ -13,6 +13,7 @@ from sqlalchemy import event, select
 from app.storage.schema import half_message
 from app.web import create_app
 from tests.conftest import make_settings
+from tests.front_client import front
 from tests.integration.helpers import finish, register, row_counts, send
 
 
@@ -319,7 +320,7 @@ def test_bodies_reach_postgresql_as_their_bytes_in_binary(postgres_url: str) -> 
     sends in binary (not text inside a JSON document, which the server parses twice),
     for a large send (rows built ahead) and a small one alike."""
     app = create_app(make_settings(postgres_url))
-    client, engine = app.test_client(), app.extensions["txmsg"].engine
+    client, engine = front(app), app.extensions["txmsg"].engine
     sent: list[tuple[Any, Any]] = []
 
     def on_execute(conn: Any, cursor: Any, statement: str, params: Any, *args: Any) -> None:

@@ -5,7 +5,6 @@ way on a thread. Both stores."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -18,6 +17,7 @@ from app.web import create_app
 from tests.asgi_client import AsgiClient
 from tests.callbacks import wait_until
 from tests.conftest import make_settings
+from tests.front_client import FrontClient
 from tests.integration.helpers import finish, register, send
 
 RECEIVE = "/v1/topics/t/subscriptions/s/receive"
@@ -52,7 +52,7 @@ def test_waiting_receives_hold_no_thread_and_wake_on_a_commit(
     re-check (pushed past the wait) only the commit's signal can wake them in time."""
     app, http = front
     monkeypatch.setattr(longpoll, "RECHECK_SECONDS", 60.0)
-    client = app.test_client()
+    client = FrontClient(app)
     register(client)
     assert client.put("/v1/topics/t/subscriptions/s", json={}).status_code == 201
     signal = app.extensions["txmsg"].signal
@@ -75,7 +75,7 @@ def test_a_commit_of_another_process_is_found_by_the_probe(
     app, http = front
     other = create_app(make_settings(database_url))  # its own signal: another process
     try:
-        producer = other.test_client()
+        producer = FrontClient(other)
         register(producer)
         assert producer.put("/v1/topics/t/subscriptions/s", json={}).status_code == 201
         signal = app.extensions["txmsg"].signal
@@ -92,7 +92,7 @@ def test_a_commit_of_another_process_is_found_by_the_probe(
 def test_a_wait_with_nothing_to_deliver_answers_an_empty_list(
         front: tuple[Any, AsgiClient]) -> None:
     app, http = front
-    client = app.test_client()
+    client = FrontClient(app)
     assert client.put("/v1/topics/t/subscriptions/s", json={}).status_code == 201
     assert long_poll(http, 300) == []
     body = b'{"wait_ms": 30001}'
@@ -104,31 +104,11 @@ def test_a_wait_with_nothing_to_deliver_answers_an_empty_list(
     assert r.status == 400 and orjson.loads(r.body)["code"] == "reserved_topic"
 
 
-def test_the_flask_route_waits_too(app: Any, client: Any) -> None:
-    register(client)
-    assert client.put("/v1/topics/t/subscriptions/s", json={}).status_code == 201
-    signal = app.extensions["txmsg"].signal
-    waiting = threading.Event()
-    real_wait = signal.wait
-
-    def wait(topic: str, seen: int, timeout: float) -> None:
-        waiting.set()
-        real_wait(topic, seen, timeout)
-
-    signal.wait = wait
-    with ThreadPoolExecutor(1) as pool:
-        poll = pool.submit(app.test_client().post, RECEIVE, json={"wait_ms": 30_000})
-        assert waiting.wait(30)
-        commit(client, 1)
-        r = poll.result(timeout=60)
-    assert r.status_code == 200 and [m["offset"] for m in r.json["messages"]] == [0]
-
-
 def test_a_rollback_that_releases_acks_wakes_the_waiting_receives(
         front: tuple[Any, AsgiClient], monkeypatch: pytest.MonkeyPatch) -> None:
     app, http = front
     monkeypatch.setattr(longpoll, "RECHECK_SECONDS", 60.0)
-    client = app.test_client()
+    client = FrontClient(app)
     register(client)
     assert client.put("/v1/topics/t/subscriptions/s", json={
         "initial_position": "earliest"}).status_code == 201

@@ -17,6 +17,7 @@ from openapi_spec_validator import validate
 from openapi_spec_validator.validation.exceptions import OpenAPIValidationError
 
 from app.api.openapi import openapi_document
+from app.api.routes import ROUTES
 from app.domain.messages import (
     MAX_CHECK_URLS,
     MAX_KEYS,
@@ -30,7 +31,8 @@ from app.domain.messages import (
 )
 from app.web import create_app
 from tests.callbacks import answer, wait_until
-from tests.conftest import make_settings
+from tests.conftest import LiveServer, make_settings
+from tests.front_client import front
 from tests.fuzz import CHECKS, REGISTER, SEED, check_problem, open_schema
 from tests.integration.checker_harness import Harness, harness, harness_factory  # noqa: F401
 
@@ -46,15 +48,14 @@ def sqlite_app(sqlite_template: Path, tmp_path_factory: pytest.TempPathFactory):
     app.extensions["txmsg"].close()
 
 
-def _routes(app) -> dict[str, set[str]]:  # type: ignore[no-untyped-def]
+def _served(app) -> dict[str, set[str]]:  # type: ignore[no-untyped-def]
+    """The methods the front serves on each route's path, as its answer to OPTIONS says."""
+    client = front(app)
     routes: dict[str, set[str]] = {}
-    for rule in app.url_map.iter_rules():
-        if rule.endpoint == "static" or rule.endpoint.startswith(("ui.", "apidocs.")):  # HTML
-            continue
-        path = re.sub(r"<(?:[^:<>]+:)?([^<>]+)>", r"{\1}", rule.rule)
-        # HEAD and OPTIONS are added to every rule by Flask; the document lists the others
-        routes.setdefault(path, set()).update(m for m in rule.methods if m not in ("HEAD",
-                                                                                 "OPTIONS"))
+    for route in ROUTES:
+        r = client.open(re.sub(r"\{[^{}]+\}", "x-1", route.path), method="OPTIONS")
+        assert r.status_code == 200, route.path
+        routes[route.path] = set(r.headers["Allow"].split(", ")) - {"HEAD", "OPTIONS"}
     return routes
 
 
@@ -64,7 +65,7 @@ def _documented(doc: dict) -> dict[str, set[str]]:
 
 
 def test_every_route_is_documented_with_its_methods_and_nothing_else(sqlite_app) -> None:  # type: ignore[no-untyped-def]
-    routes = _routes(sqlite_app)
+    routes = _served(sqlite_app)
     assert "/v1/producer-groups/{group}/transactions/{transaction_id}/commit" in routes
     assert _documented(openapi_document()) == routes
 
@@ -164,7 +165,7 @@ def test_the_examples_are_valid_requests() -> None:
 
 
 def test_the_app_serves_the_document(sqlite_app) -> None:  # type: ignore[no-untyped-def]
-    r = sqlite_app.test_client().get("/openapi.json")
+    r = front(sqlite_app).get("/openapi.json")
     assert r.status_code == 200 and r.mimetype == "application/json"
     assert r.json == openapi_document()
 
@@ -177,11 +178,14 @@ def _call(client, step: tuple[str, str, Any, int]) -> None:  # type: ignore[no-u
 
 @pytest.fixture(scope="module")
 def fuzz_app(sqlite_app):  # type: ignore[no-untyped-def]
-    """The app in the state the fuzz starts from (``tests.fuzz.SEED``)."""
-    client = sqlite_app.test_client()
+    """The app as served (Granian, in this process) in the state the fuzz starts from
+    (``tests.fuzz.SEED``)."""
+    client = front(sqlite_app)
     for step in SEED:
         _call(client, step)
-    return sqlite_app
+    server = LiveServer(sqlite_app)
+    yield server
+    server.stop()
 
 
 @pytest.mark.slow
@@ -192,8 +196,8 @@ def test_app_conforms_to_its_document(case, fuzz_app) -> None:  # type: ignore[n
     """Positive and negative cases: no 5xx, documented statuses, content types and bodies,
     schema-invalid input refused, every error problem+json with a code."""
     if case.method == "POST":  # a fuzzed DELETE may have removed the group
-        _call(fuzz_app.test_client(), REGISTER)
-    check_problem(case.call_and_validate(app=fuzz_app, checks=CHECKS))
+        _call(front(fuzz_app.app), REGISTER)
+    check_problem(case.call_and_validate(base_url=fuzz_app.url, checks=CHECKS))
 
 
 def conforms(instance: Any, schema_name: str) -> None:

@@ -10,6 +10,7 @@ import pytest
 
 from app.web import create_app
 from tests.conftest import make_settings
+from tests.front_client import front
 from tests.integration.helpers import finish, register, send, statements_run
 
 BUDGET = 1000
@@ -18,7 +19,7 @@ BUDGET = 1000
 @pytest.fixture
 def small_pages(database_url: str) -> Iterator[Any]:
     app = create_app(make_settings(database_url, max_read_bytes=BUDGET))
-    yield app.test_client()
+    yield front(app)
     app.extensions["txmsg"].close()
 
 

@@ -19,6 +19,7 @@ from app.storage.db import upgrade_to_head
 from app.web import create_app
 from tests.conftest import make_settings
 from tests.databases import scratch_pg_database
+from tests.front_client import front
 from tests.integration.helpers import finish, register, send
 
 
@@ -74,7 +75,7 @@ def test_a_lookup_the_replica_misses_is_looked_up_on_the_primary(
         database_url: str, lagging_replica: str) -> None:
     app = served_with(database_url, lagging_replica)
     try:
-        client = app.test_client()
+        client = front(app)
         message = committed(client)
         # the replica has not replayed it: offset reads may lag behind...
         assert client.get("/v1/topics/orders/messages").json["messages"] == []
@@ -93,7 +94,7 @@ def test_with_the_replica_unreachable_reads_go_to_the_primary(
         database_url: str, unreachable_replica: str) -> None:
     app = served_with(database_url, unreachable_replica)
     try:
-        client = app.test_client()
+        client = front(app)
         message = committed(client)
         for _ in range(2):  # the first finds the replica down, the next skips it
             page = client.get("/v1/topics/orders/messages")

@@ -14,6 +14,7 @@ from sqlalchemy import select
 from app.storage.schema import op_log, txn
 from app.web import create_app
 from tests.conftest import make_settings
+from tests.front_client import front
 from tests.integration.dashboard_helpers import ADMIN_TOKEN, csrf_of
 from tests.integration.helpers import Txmsg, finish, register, send
 
@@ -30,7 +31,7 @@ def app(database_url: str) -> Iterator[Any]:
 
 @pytest.fixture
 def dead(app: Any) -> list[dict[str, Any]]:
-    return _dead_letters(app.test_client())
+    return _dead_letters(front(app))
 
 
 def _dead_letters(client: Any) -> list[dict[str, Any]]:
@@ -54,7 +55,7 @@ def _dead_letters(client: Any) -> list[dict[str, Any]]:
 
 
 def bodies(app: Any, topic: str) -> list[tuple[str, dict[str, str]]]:
-    page = app.test_client().get(f"/v1/topics/{topic}/messages").json["messages"]
+    page = front(app).get(f"/v1/topics/{topic}/messages").json["messages"]
     return [(m["body"], m["properties"]) for m in page]
 
 
@@ -120,10 +121,10 @@ def guarded(database_url: str) -> Iterator[Any]:
 
 def test_the_dashboard_action(guarded: Any, database_url: str) -> None:
     app = guarded
-    api = app.test_client()
+    api = front(app)
     api.environ_base["HTTP_AUTHORIZATION"] = f"Bearer {ADMIN_TOKEN}"
     _dead_letters(api)
-    client = app.test_client()
+    client = front(app)
     form = client.get("/ui/sign-in")
     client.post("/ui/sign-in", data={"token": ADMIN_TOKEN, "csrf_token": csrf_of(form)})
     page = client.get(f"/ui/topics/{DLQ}")

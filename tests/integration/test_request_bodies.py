@@ -1,8 +1,7 @@
 """Request bodies on both stores: each route takes at most its own limit (a send as much
 as MAX_CONTENT_LENGTH, every other route 1 MiB), declared or chunked, through the ASGI
-front and through Flask alone; and with access control on, the front authenticates a
-request before it reads any of its body, for the routes it serves itself and for those it
-hands to Flask. ``Reply.pulled`` counts the body bytes the front took from the server."""
+front; and with access control on, the front authenticates a request before it reads any
+of its body, for the routes it serves and for the dashboard's pages it hands to Flask. ``Reply.pulled`` counts the body bytes the front took from the server."""
 
 from __future__ import annotations
 
@@ -16,7 +15,7 @@ from app.api.access import access_of
 from app.api.asgi import Api
 from app.api.bodies import SMALL_BODY_BYTES, body_limit, send_limit
 from app.api.openapi import openapi_document
-from app.api.routes import openapi_path
+from app.api.routes import ROUTES
 from app.config import Settings
 from tests.asgi_client import AsgiClient, Reply
 from tests.conftest import make_settings
@@ -126,15 +125,15 @@ def test_an_ack_over_1_mib_is_413_chunked_or_declared(front: AsgiClient, consume
     ("PUT", f"/v1/topics/{TOPIC}/subscriptions/s"),
     ("PUT", f"/v1/producer-groups/{GROUP}"),
 ])
-def test_flask_routes_take_1_mib_through_the_front_and_alone(
+def test_small_routes_take_1_mib_chunked_or_declared(
         front: AsgiClient, client: Any, method: str, path: str) -> None:
     admin = bearer(ADMIN_TOKEN)
     r = front.request(method, path, body=chunked(SMALL_BODY_BYTES + 1),
                       headers=[("transfer-encoding", "chunked"), admin])
     assert_problem(r, 413, "payload_too_large")
-    alone = client.open(path, method=method, data=b" " * (SMALL_BODY_BYTES + 1),
-                        headers={"Authorization": admin[1]})
-    assert alone.status_code == 413 and alone.json["code"] == "payload_too_large"
+    declared = client.open(path, method=method, data=b" " * (SMALL_BODY_BYTES + 1),
+                           headers={"Authorization": admin[1]})
+    assert declared.status_code == 413 and declared.json["code"] == "payload_too_large"
     within = client.open(path, method=method, data=b" " * SMALL_BODY_BYTES,
                          headers={"Authorization": admin[1]})
     assert within.status_code != 413
@@ -150,18 +149,19 @@ def test_a_send_of_3_mib_still_works(front: AsgiClient, client: Any,
     r = front.request("POST", SEND, body=[doc[:CHUNK], doc[CHUNK:]],
                       headers=[("transfer-encoding", "chunked"), admin])
     assert r.status == 201, r.body[:300]
-    doc = orjson.dumps({"transaction_id": "alone", "topic": TOPIC, "body": body})
-    alone = client.post(SEND, data=doc, headers={"Authorization": admin[1]})
-    assert alone.status_code == 201, alone.json
+    doc = orjson.dumps({"transaction_id": "declared", "topic": TOPIC, "body": body})
+    declared = client.post(SEND, data=doc, headers={"Authorization": admin[1]})
+    assert declared.status_code == 201, declared.json
     assert send_limit(settings) >= 64 * 1024 * 1024
 
 
 def test_only_a_send_takes_more_than_1_mib(app: Any, settings: Settings) -> None:
     ceiling = app.config["MAX_CONTENT_LENGTH"]
     assert ceiling == send_limit(settings)
-    larger = {rule.rule for rule in app.url_map.iter_rules()
-              if body_limit(app.view_functions[rule.endpoint], ceiling) != SMALL_BODY_BYTES}
+    larger = {route.rule for route in ROUTES if body_limit(route, ceiling) != SMALL_BODY_BYTES}
     assert larger == {"/v1/producer-groups/<group>/transactions"}
+    assert all(body_limit(app.view_functions[rule.endpoint], ceiling) == SMALL_BODY_BYTES
+               for rule in app.url_map.iter_rules())  # the dashboard's
     assert body_limit(access_of, None) == SMALL_BODY_BYTES  # no ceiling: still 1 MiB
 
 
@@ -185,24 +185,19 @@ def test_the_document_gives_every_body_route_its_413_and_a_401_before_the_body(
     paths = openapi_document()["paths"]
     ceiling = app.config["MAX_CONTENT_LENGTH"]
     with_body = 0
-    for rule in app.url_map.iter_rules():
-        item = paths.get(openapi_path(rule.rule))
-        if item is None:  # the dashboard's pages
+    for route in ROUTES:
+        op = paths[route.path][route.method.lower()]
+        if "401" in op["responses"]:
+            assert "before any of the request's body is read" in (
+                op["responses"]["401"]["description"]), route.rule
+        if "requestBody" not in op:
             continue
-        view = app.view_functions[rule.endpoint]
-        for method in rule.methods - {"HEAD", "OPTIONS"}:
-            op = item[method.lower()]
-            if "401" in op["responses"]:
-                assert "before any of the request's body is read" in (
-                    op["responses"]["401"]["description"]), (method, rule)
-            if "requestBody" not in op:
-                continue
-            with_body += 1
-            too_large = op["responses"]["413"]["description"]
-            if body_limit(view, ceiling) == SMALL_BODY_BYTES:
-                assert too_large.startswith("Body over this route's limit (1 MiB)"), rule
-            else:
-                assert too_large.startswith("Body over a send's limit"), rule
+        with_body += 1
+        too_large = op["responses"]["413"]["description"]
+        if body_limit(route, ceiling) == SMALL_BODY_BYTES:
+            assert too_large.startswith("Body over this route's limit (1 MiB)"), route.rule
+        else:
+            assert too_large.startswith("Body over a send's limit"), route.rule
     assert with_body >= 10
 
 

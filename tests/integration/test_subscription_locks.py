@@ -18,6 +18,7 @@ from sqlalchemy import event, select
 from app.storage.schema import subscription, subscription_offset
 from app.web import create_app
 from tests.conftest import make_settings
+from tests.front_client import front
 from tests.integration.helpers import register, row_counts
 from tests.integration.subscription_helpers import (
     SUBS,
@@ -36,7 +37,7 @@ GUARD_SECONDS = 30
 @pytest.fixture
 def pg_client(postgres_url: str) -> Iterator[Any]:
     app = create_app(make_settings(postgres_url))
-    yield app.test_client()
+    yield front(app)
     app.extensions["txmsg"].close()
 
 

@@ -19,6 +19,7 @@ from app.errors import DatabaseUnavailable
 from app.storage.schema import subscription, subscription_offset
 from app.web import create_app
 from tests.conftest import make_settings
+from tests.front_client import front
 from tests.integration.helpers import finish, register, row_counts, send
 from tests.integration.subscription_helpers import (
     SUBS,
@@ -346,7 +347,7 @@ def test_delayed_messages_wait_for_their_time(client: Any, clock: Clock) -> None
 def test_a_receive_holds_at_most_the_byte_budget(database_url: str) -> None:
     app = create_app(make_settings(database_url, max_read_bytes=1000))
     try:
-        client = app.test_client()
+        client = front(app)
         register(client)
         create(client, initial_position="earliest")
         sent = send(client, messages=[{"topic": "t", "body": "a" * 600},
@@ -441,7 +442,7 @@ def test_an_ack_answers_when_its_cursor_move_finds_sqlite_busy(
     to the next receive or ack: the ack, committed, answers 200, not 503."""
     app = create_app(make_settings(sqlite_url))
     try:
-        client = app.test_client()
+        client = front(app)
         register(client)
         create(client)
         commit(client, 2)

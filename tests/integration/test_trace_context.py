@@ -1,6 +1,6 @@
 """A send's W3C trace context (``traceparent`` / ``tracestate`` headers) is stored with
-its messages, on both stores and both ways in (the ASGI front and Flask answer alike):
-reads, receives, the discard topic's copies and the check callback's payload carry it.
+its messages, on both stores: reads, receives, the discard topic's copies and the check
+callback's payload carry it.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ SEND = "/v1/producer-groups/gTAG/transactions"
 MSG = {"topic": "tTAG", "body": "hello"}
 
 
-TAGS = ("AAON", "AAOF")  # each app's names: the same length, so that answers line up
+TAG = "AAON"
 _RANDOM = ("message_id", "created_at", "resolved_at", "next_check_at", "committed_at")
 
 
@@ -40,32 +40,28 @@ class Answer(NamedTuple):
 
 
 class Side:
-    """One app, served by the ASGI front (``front``) or by Flask alone; its names carry
-    its tag where the requests say ``TAG``."""
+    """The app behind its ASGI front; its names carry its tag where the requests say
+    ``TAG``."""
 
-    def __init__(self, app: Flask, tag: str, front: bool) -> None:
+    def __init__(self, app: Flask, tag: str = TAG) -> None:
         self.app, self.tag = app, tag
-        self.asgi = AsgiClient(Api(app)) if front else None
-        self.client = app.test_client()
+        self.api = Api(app)
+        self.asgi = AsgiClient(self.api)
 
     def call(self, method: str, path: str, *, json: Any = None,
              headers: dict[str, str] | None = None) -> Answer:
         path = path.replace("TAG", self.tag)
         data = b"" if json is None else orjson.dumps(json).replace(b"TAG", self.tag.encode())
         fields = {"Content-Type": "application/json", **(headers or {})}
-        if self.asgi is not None:
-            reply = self.asgi.request(method, path, body=data, headers=[
-                *fields.items(), ("Content-Length", str(len(data)))])
-            status, raw = reply.status, reply.body
-        else:
-            r = self.client.open(path, method=method, data=data, headers=fields)
-            status, raw = r.status_code, r.get_data()
+        reply = self.asgi.request(method, path, body=data, headers=[
+            *fields.items(), ("Content-Length", str(len(data)))])
+        raw = reply.body
         body = orjson.loads(raw.replace(self.tag.encode(), b"TAG")) if raw else None
-        return Answer(status, _without_random(body))
+        return Answer(reply.status, _without_random(body))
 
     def close(self) -> None:
-        if self.asgi is not None:
-            self.asgi.close()
+        self.asgi.close()
+        self.api.stop_threads()
         self.app.extensions["txmsg"].close()
 
 
@@ -78,61 +74,51 @@ def _without_random(node: Any) -> Any:
 
 
 @pytest.fixture
-def sides(database_url: str) -> Iterator[tuple[Side, Side]]:
-    """The ASGI front and the plain Flask app, each with a registered group."""
-    pair = [Side(create_app(make_settings(database_url)), tag, front)
-            for tag, front in zip(TAGS, (True, False), strict=True)]
-    for side in pair:
-        put = side.call("PUT", "/v1/producer-groups/gTAG",
-                        json={"check_urls": ["http://127.0.0.1:9/check"]})
-        assert put.status == 200, put
-    yield pair[0], pair[1]
-    for side in pair:
-        side.close()
+def side(database_url: str) -> Iterator[Side]:
+    """The app with a registered group."""
+    one = Side(create_app(make_settings(database_url)))
+    put = one.call("PUT", "/v1/producer-groups/gTAG",
+                   json={"check_urls": ["http://127.0.0.1:9/check"]})
+    assert put.status == 200, put
+    yield one
+    one.close()
 
 
-def both(sides: tuple[Side, Side], method: str, path: str, **kwargs: Any) -> Any:
-    """The same request to both apps: the same answer, which is returned."""
-    front, plain = (side.call(method, path, **kwargs) for side in sides)
-    assert front == plain
-    return front
-
-
-def stored(sides: tuple[Side, Side], transaction_id: str) -> list[dict[str, str]]:
-    answer = both(sides, "GET", f"{SEND}/{transaction_id}")
+def stored(side: Side, transaction_id: str) -> list[dict[str, str]]:
+    answer = side.call("GET", f"{SEND}/{transaction_id}")
     assert answer.status == 200, answer
     return [m["properties"] for m in answer.body["messages"]]
 
 
-def test_the_headers_are_stored_with_each_message_unless_it_sets_its_own(sides) -> None:
+def test_the_headers_are_stored_with_each_message_unless_it_sets_its_own(side) -> None:
     own = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00"
-    sent = both(sides, "POST", SEND, headers={"traceparent": TRACEPARENT,
+    sent = side.call("POST", SEND, headers={"traceparent": TRACEPARENT,
                                               "tracestate": TRACESTATE},
                 json={"transaction_id": "x1", "messages": [
                     {**MSG, "properties": {"p": "v"}},
                     {**MSG, "properties": {"traceparent": own}},
                     {**MSG, "properties": {"tracestate": "mine=1"}}]})
     assert sent.status == 201, sent
-    assert stored(sides, "x1") == [
+    assert stored(side, "x1") == [
         {"p": "v", "traceparent": TRACEPARENT, "tracestate": TRACESTATE},
         {"traceparent": own},  # its own context, whole: not the request's tracestate
         {"tracestate": "mine=1"}]  # its own too: none of the request's
 
-    assert both(sides, "POST", f"{SEND}/x1/commit").status == 200
-    read = both(sides, "GET", "/v1/topics/tTAG/messages?from_offset=0")
+    assert side.call("POST", f"{SEND}/x1/commit").status == 200
+    read = side.call("GET", "/v1/topics/tTAG/messages?from_offset=0")
     assert [m["properties"].get("traceparent") for m in read.body["messages"]] == \
         [TRACEPARENT, own, None]
-    assert both(sides, "PUT", "/v1/topics/tTAG/subscriptions/s",
+    assert side.call("PUT", "/v1/topics/tTAG/subscriptions/s",
                 json={"initial_position": "earliest"}).status == 201
-    received = both(sides, "POST", "/v1/topics/tTAG/subscriptions/s/receive",
+    received = side.call("POST", "/v1/topics/tTAG/subscriptions/s/receive",
                     json={"max_messages": 3})
     assert [m["properties"].get("tracestate") for m in received.body["messages"]] == \
         [TRACESTATE, None, "mine=1"]
 
 
-def test_a_send_without_the_headers_stores_none(sides) -> None:
-    assert both(sides, "POST", SEND, json={"transaction_id": "x1", **MSG}).status == 201
-    assert stored(sides, "x1") == [{}]
+def test_a_send_without_the_headers_stores_none(side) -> None:
+    assert side.call("POST", SEND, json={"transaction_id": "x1", **MSG}).status == 201
+    assert stored(side, "x1") == [{}]
 
 
 @pytest.mark.parametrize("traceparent", [
@@ -146,68 +132,64 @@ def test_a_send_without_the_headers_stores_none(sides) -> None:
     "",
     "not a traceparent",
 ])
-def test_an_invalid_traceparent_is_ignored_with_its_tracestate(sides, traceparent) -> None:
-    sent = both(sides, "POST", SEND, json={"transaction_id": "x1", **MSG},
+def test_an_invalid_traceparent_is_ignored_with_its_tracestate(side, traceparent) -> None:
+    sent = side.call("POST", SEND, json={"transaction_id": "x1", **MSG},
                 headers={"traceparent": traceparent, "tracestate": TRACESTATE})
     assert sent.status == 201, sent
-    assert stored(sides, "x1") == [{}]
+    assert stored(side, "x1") == [{}]
 
 
-def test_a_later_version_is_kept_whole(sides) -> None:
+def test_a_later_version_is_kept_whole(side) -> None:
     later = "cc-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-what-comes-next"
-    assert both(sides, "POST", SEND, json={"transaction_id": "x1", **MSG},
+    assert side.call("POST", SEND, json={"transaction_id": "x1", **MSG},
                 headers={"traceparent": later}).status == 201
-    assert stored(sides, "x1") == [{"traceparent": later}]
+    assert stored(side, "x1") == [{"traceparent": later}]
 
 
-def test_a_tracestate_over_512_characters_is_dropped(sides) -> None:
+def test_a_tracestate_over_512_characters_is_dropped(side) -> None:
     long = ",".join(f"k{i}=" + "v" * 40 for i in range(12))  # 12 members, over 512
     assert len(long) > 512
-    both(sides, "POST", SEND, json={"transaction_id": "x1", **MSG},
+    side.call("POST", SEND, json={"transaction_id": "x1", **MSG},
          headers={"traceparent": TRACEPARENT, "tracestate": long})
-    both(sides, "POST", SEND, json={"transaction_id": "x2", **MSG},
+    side.call("POST", SEND, json={"transaction_id": "x2", **MSG},
          headers={"traceparent": TRACEPARENT, "tracestate": "a=1," * 40 + "b=2"})  # 41
-    assert stored(sides, "x1") == stored(sides, "x2") == [{"traceparent": TRACEPARENT}]
+    assert stored(side, "x1") == stored(side, "x2") == [{"traceparent": TRACEPARENT}]
 
 
-def test_a_message_at_the_property_limits_is_stored_without_them(sides) -> None:
+def test_a_message_at_the_property_limits_is_stored_without_them(side) -> None:
     full_count = {f"k{i}": "v" for i in range(MAX_PROPERTIES)}
     one_left = {f"k{i}": "v" for i in range(MAX_PROPERTIES - 1)}
     bytes_left = MAX_PROPERTIES_BYTES - len("traceparent") - len(TRACEPARENT)
     room_for_traceparent = {"big": "x" * (bytes_left - len("big"))}
-    sent = both(sides, "POST", SEND, headers={"traceparent": TRACEPARENT,
+    sent = side.call("POST", SEND, headers={"traceparent": TRACEPARENT,
                                               "tracestate": TRACESTATE},
                 json={"transaction_id": "x1", "messages": [
                     {**MSG, "properties": full_count}, {**MSG, "properties": one_left},
                     {**MSG, "properties": room_for_traceparent}]})
     assert sent.status == 201, sent
-    assert stored(sides, "x1") == [
+    assert stored(side, "x1") == [
         full_count, {**one_left, "traceparent": TRACEPARENT},
         {**room_for_traceparent, "traceparent": TRACEPARENT}]
 
 
-def test_a_retried_send_under_another_span_is_the_same_send(sides) -> None:
+def test_a_retried_send_under_another_span_is_the_same_send(side) -> None:
     retried = "00-4bf92f3577b34da6a3ce929d0e0e4736-1111111111111111-01"
-    first = both(sides, "POST", SEND, json={"transaction_id": "x1", **MSG},
+    first = side.call("POST", SEND, json={"transaction_id": "x1", **MSG},
                  headers={"traceparent": TRACEPARENT})
-    again = both(sides, "POST", SEND, json={"transaction_id": "x1", **MSG},
+    again = side.call("POST", SEND, json={"transaction_id": "x1", **MSG},
                  headers={"traceparent": retried})
     assert (first.status, again.status) == (201, 200)
-    assert stored(sides, "x1") == [{"traceparent": TRACEPARENT}]  # the first send's
+    assert stored(side, "x1") == [{"traceparent": TRACEPARENT}]  # the first send's
 
 
-def test_two_traceparent_fields_are_ignored(sides) -> None:
-    front, plain = sides
+def test_two_traceparent_fields_are_ignored(side) -> None:
     body = b'{"transaction_id": "x1", "topic": "t", "body": "b"}'
     fields = [("Content-Type", "application/json"), ("traceparent", TRACEPARENT),
               ("traceparent", TRACEPARENT)]
-    assert front.asgi is not None
-    reply = front.asgi.request("POST", SEND.replace("TAG", front.tag), body=body,
-                               headers=[*fields, ("Content-Length", str(len(body)))])
+    reply = side.asgi.request("POST", SEND.replace("TAG", side.tag), body=body,
+                              headers=[*fields, ("Content-Length", str(len(body)))])
     assert reply.status == 201, reply
-    assert plain.client.post(SEND.replace("TAG", plain.tag), data=body,
-                             headers=fields).status_code == 201
-    assert stored(sides, "x1") == [{}]
+    assert stored(side, "x1") == [{}]
 
 
 def test_the_check_and_the_discard_copies_carry_the_trace_context(harness) -> None:  # noqa: F811
@@ -242,19 +224,19 @@ def exported() -> Iterator[Any]:
     tracing.shutdown()
 
 
-def test_both_fronts_make_the_same_spans(sides, exported) -> None:
+def test_the_front_makes_the_spans(side, exported) -> None:
     commit_parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00000000000000c0-01"
     ack_parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00000000000000d0-01"
-    both(sides, "POST", SEND, json={"transaction_id": "x1", **MSG},
+    side.call("POST", SEND, json={"transaction_id": "x1", **MSG},
          headers={"traceparent": TRACEPARENT, "tracestate": TRACESTATE})
-    both(sides, "POST", f"{SEND}/x1/commit", headers={"traceparent": commit_parent})
-    both(sides, "PUT", "/v1/topics/tTAG/subscriptions/s", json={"initial_position": "earliest"})
-    both(sides, "POST", "/v1/topics/tTAG/subscriptions/s/receive", json={"max_messages": 1})
-    both(sides, "POST", "/v1/topics/tTAG/subscriptions/s/ack", json={"offsets": [0]},
+    side.call("POST", f"{SEND}/x1/commit", headers={"traceparent": commit_parent})
+    side.call("PUT", "/v1/topics/tTAG/subscriptions/s", json={"initial_position": "earliest"})
+    side.call("POST", "/v1/topics/tTAG/subscriptions/s/receive", json={"max_messages": 1})
+    side.call("POST", "/v1/topics/tTAG/subscriptions/s/ack", json={"offsets": [0]},
          headers={"traceparent": ack_parent})
 
     def shape(span: Any) -> tuple[Any, ...]:
-        return (span.name.replace(TAGS[0], "TAG").replace(TAGS[1], "TAG"), span.kind.name,
+        return (span.name.replace(TAG, "TAG"), span.kind.name,
                 span.parent and f"{span.parent.trace_id:032x}-{span.parent.span_id:016x}",
                 [f"{link.context.trace_id:032x}-{link.context.span_id:016x}"
                  for link in span.links])
@@ -266,7 +248,7 @@ def test_both_fronts_make_the_same_spans(sides, exported) -> None:
                 ("receive tTAG", "CLIENT", None, [stored_context]),
                 ("ack tTAG", "CLIENT", "4bf92f3577b34da6a3ce929d0e0e4736-00000000000000d0", [])]
     spans = [shape(s) for s in exported.get_finished_spans()]
-    assert spans[0::2] == spans[1::2] == expected  # the front's, then Flask's, in turn
+    assert spans == expected
     send = exported.get_finished_spans()[0]
     assert send.parent.trace_state.get("congo") == "t61rcWkgMzE"
 
@@ -280,6 +262,7 @@ from app.api.asgi import Api
 from app.web import create_app
 from tests.asgi_client import AsgiClient
 from tests.conftest import make_settings
+from tests.front_client import front
 from app import tracing
 
 assert not tracing.install({{}})
@@ -292,9 +275,9 @@ def call(path, body=b""):
     reply = client.request("POST", path, body=body,
                            headers=[*headers, ("Content-Length", str(len(body)))])
     assert reply.status < 300, (path, reply.status, reply.body)
-assert app.test_client().put("/v1/producer-groups/g",
+assert front(app).put("/v1/producer-groups/g",
                              json={{"check_urls": ["http://127.0.0.1:9/c"]}}).status_code == 200
-assert app.test_client().put("/v1/topics/t/subscriptions/s",
+assert front(app).put("/v1/topics/t/subscriptions/s",
                              json={{"initial_position": "earliest"}}).status_code == 201
 call("/v1/producer-groups/g/transactions", b'{{"transaction_id": "x", "topic": "t", "body": "b"}}')
 call("/v1/producer-groups/g/transactions/x/commit")

@@ -10,12 +10,13 @@ from app.storage import log
 from app.storage.db import write_transaction
 from app.web import create_app
 from tests.conftest import make_settings
+from tests.front_client import front
 from tests.integration.helpers import finish, register, send, statements_run
 
 
 def test_a_transaction_and_its_messages_are_read_in_one_statement(database_url: str) -> None:
     app = create_app(make_settings(database_url))
-    client = app.test_client()
+    client = front(app)
     try:
         register(client)
         sent = send(client, messages=[{"topic": "a", "body": "1"}, {"topic": "b", "body": "2"}])
@@ -42,7 +43,7 @@ def test_a_dead_letter_copy_back_on_its_topic_is_not_the_message(database_url: s
     bring one back to the source's own topic. The transaction, and the message read by its
     id, show it once, at the offset its commit gave it."""
     app = create_app(make_settings(database_url))
-    client = app.test_client()
+    client = front(app)
     try:
         register(client)
         sent = send(client, messages=[{"topic": "a", "body": "1"}])

@@ -15,6 +15,7 @@ from app.api.telemetry import trusted_peer
 from app.config import Settings
 from app.web import create_app
 from tests.conftest import make_settings
+from tests.front_client import front
 from tests.integration.dashboard_helpers import ADMIN_TOKEN, csrf_of
 from tests.logs import captured_logs
 
@@ -32,7 +33,7 @@ def settings(database_url: str) -> Settings:
 def signed_in_from(app: Flask, peer: str) -> tuple[str, Any]:
     """Sign in as a browser behind a TLS proxy would, the request coming from ``peer``:
     the session cookie set, and the client."""
-    client = app.test_client()
+    client = front(app)
     client.environ_base["REMOTE_ADDR"] = peer
     form = client.get("/ui/sign-in", headers=BEHIND_TLS)
     r = client.post("/ui/sign-in", headers=BEHIND_TLS,
@@ -66,7 +67,7 @@ def test_the_access_line_names_the_client_the_trusted_proxy_forwards(
         app: Flask, settings: Settings) -> None:
     with captured_logs(settings.model_copy(update={"log_format": "json"})) as captured:
         for peer in (PROXY, STRANGER):
-            client = app.test_client()
+            client = front(app)
             client.environ_base["REMOTE_ADDR"] = peer
             assert client.get("/v1/topics", headers=BEHIND_TLS).status_code == 401
     lines = captured.access()

@@ -12,6 +12,7 @@ import psycopg
 import pytest
 from sqlalchemy import Engine, event
 
+from tests.front_client import front
 from tests.integration.helpers import finish, register, send
 
 
@@ -40,7 +41,7 @@ def pg_app(postgres_url):  # type: ignore[no-untyped-def]
 
 
 def test_send_and_commit_round_trips_on_postgres(pg_app, postgres_url) -> None:  # type: ignore[no-untyped-def]
-    client = pg_app.test_client()
+    client = front(pg_app)
     register(client)
     engine = pg_app.extensions["txmsg"].engine
     with statements(engine) as sent:
@@ -71,7 +72,7 @@ def test_send_and_commit_round_trips_on_postgres(pg_app, postgres_url) -> None: 
 
 
 def test_a_retried_send_reads_after_its_one_statement(pg_app) -> None:  # type: ignore[no-untyped-def]
-    client = pg_app.test_client()
+    client = front(pg_app)
     register(client)
     first = send(client, transaction_id="t-1")
     engine = pg_app.extensions["txmsg"].engine
