@@ -29,6 +29,9 @@ from tests import front_client
 from tests.databases import scratch_pg_database
 from tests.front_client import FrontClient
 
+# the checker tests' fixtures (harness, harness_factory), for every test that needs them
+pytest_plugins = ["tests.integration.checker_harness"]
+
 
 @pytest.fixture(scope="session")
 def pg_database() -> Iterator[str]:
@@ -90,8 +93,14 @@ def make_settings(database_url: str, **overrides: object) -> Settings:
 
 
 @pytest.fixture
-def settings(database_url: str) -> Settings:
-    return make_settings(database_url)
+def settings(request: pytest.FixtureRequest, database_url: str) -> Settings:
+    """The test's settings: the defaults, with a module's or a test's
+    ``@pytest.mark.settings(name=value, ...)`` over them (the closest mark wins)."""
+    marks = reversed(list(request.node.iter_markers("settings")))
+    overrides: dict[str, object] = {}
+    for mark in marks:
+        overrides.update(mark.kwargs)
+    return make_settings(database_url, **overrides)
 
 
 @pytest.fixture

@@ -35,9 +35,7 @@ GROUP, TOPIC = "orders-svc", "orders"
 HTTP_METHODS = {"get", "put", "post", "delete"}
 
 
-@pytest.fixture
-def settings(database_url: str) -> Settings:
-    return make_settings(database_url, admin_token=ADMIN_TOKEN)
+pytestmark = pytest.mark.settings(admin_token=ADMIN_TOKEN)
 
 
 def bearer(token: str) -> dict[str, str]:

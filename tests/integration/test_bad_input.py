@@ -8,7 +8,6 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import make_settings
 from tests.integration.bad_input_cases import (
     CASES,
     GROUP,
@@ -25,10 +24,7 @@ from tests.integration.bad_input_cases import (
 )
 from tests.integration.helpers import register, row_counts
 
-
-@pytest.fixture
-def settings(database_url: str):  # type: ignore[no-untyped-def]
-    return make_settings(database_url, max_body_bytes=MAX_BODY)
+pytestmark = pytest.mark.settings(max_body_bytes=MAX_BODY)
 
 
 @pytest.fixture

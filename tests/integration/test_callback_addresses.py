@@ -15,7 +15,7 @@ from prometheus_client import REGISTRY
 from sqlalchemy import text
 
 from tests.callbacks import Reply, answer, wait_until
-from tests.integration.checker_harness import Harness, harness, harness_factory  # noqa: F401
+from tests.integration.checker_harness import Harness
 
 LOOPBACK = "127.0.0.0/8,::1/128"
 DEFAULT_DENIED = ("0.0.0.0/8,169.254.0.0/16,100.100.100.200/32,224.0.0.0/4,240.0.0.0/4,"
@@ -76,7 +76,7 @@ def port_of(url: str) -> int:
 
 
 def test_a_name_that_resolves_into_a_denied_network_is_never_connected_to(
-        harness_factory) -> None:  # noqa: F811
+        harness_factory) -> None:
     # no hosts file needed: localhost resolves to loopback, denied in this test
     h = harness_factory(callback_denied_networks=f"{DEFAULT_DENIED},{LOOPBACK}")
     cb = h.callback(answer("COMMIT"))
@@ -97,7 +97,7 @@ def test_a_name_that_resolves_into_a_denied_network_is_never_connected_to(
 
 
 def test_denied_addresses_of_a_name_are_skipped_for_an_allowed_one(
-        harness, network: Network) -> None:  # noqa: F811
+        harness, network: Network) -> None:
     h = harness
     cb = h.callback(answer("COMMIT"))
     port = port_of(cb.url)
@@ -119,7 +119,7 @@ def test_denied_addresses_of_a_name_are_skipped_for_an_allowed_one(
 
 
 def test_the_address_checked_is_the_address_used_on_every_connection(
-        harness_factory, network: Network) -> None:  # noqa: F811
+        harness_factory, network: Network) -> None:
     """A name that changes its answer (DNS rebinding) is judged again at each connection."""
     h = harness_factory(check_max_times=2)
 
@@ -141,7 +141,7 @@ def test_the_address_checked_is_the_address_used_on_every_connection(
     assert network.touched("169.254.0.0/16") == []
 
 
-def test_redirects_are_not_followed(harness) -> None:  # noqa: F811
+def test_redirects_are_not_followed(harness) -> None:
     h = harness
     target = h.callback(answer("COMMIT"))
     redirects = {}
@@ -160,7 +160,7 @@ def test_redirects_are_not_followed(harness) -> None:  # noqa: F811
 @pytest.mark.parametrize("host", ["127.1", "2130706433", "0x7f.0.0.1", "0177.0.0.1",
                                   "[::ffff:127.0.0.1]"])
 def test_odd_forms_of_an_address_reach_it_and_are_judged_as_it(
-        harness_factory, host: str) -> None:  # noqa: F811
+        harness_factory, host: str) -> None:
     h = harness_factory()  # the default policy: loopback allowed
     cb = h.callback(answer("COMMIT"))
     url = f"http://{host}:{port_of(cb.url)}/check"
@@ -195,7 +195,7 @@ METADATA_IN_IPV6 = ["::169.254.169.254", "64:ff9b::a9fe:a9fe", "2002:a9fe:a9fe::
 
 @pytest.mark.parametrize("address", [*METADATA_IN_IPV6, "::127.0.0.1", "64:ff9b::7f00:1"])
 def test_ipv6_spellings_of_a_denied_ipv4_address_are_refused_at_registration_and_send(
-        harness_factory, address: str) -> None:  # noqa: F811
+        harness_factory, address: str) -> None:
     h = harness_factory(callback_denied_networks=f"{DEFAULT_DENIED},{LOOPBACK}")
     url = f"http://[{address}]:8080/check"
     r = h.client.put("/v1/producer-groups/shop", json={"check_urls": [url]})
@@ -206,7 +206,7 @@ def test_ipv6_spellings_of_a_denied_ipv4_address_are_refused_at_registration_and
 
 
 def test_names_resolving_to_ipv6_spellings_of_denied_addresses_are_blocked(
-        harness_factory, network: Network) -> None:  # noqa: F811
+        harness_factory, network: Network) -> None:
     h = harness_factory(callback_denied_networks=f"{DEFAULT_DENIED},{LOOPBACK}")
     cb = h.callback(answer("COMMIT"))
     port = port_of(cb.url)
@@ -225,7 +225,7 @@ def test_names_resolving_to_ipv6_spellings_of_denied_addresses_are_blocked(
     assert cb.checks == []
 
 
-def test_allowed_networks_admit_only_themselves(harness_factory) -> None:  # noqa: F811
+def test_allowed_networks_admit_only_themselves(harness_factory) -> None:
     h = harness_factory(callback_allowed_networks="10.0.0.0/8")
     for url in ("http://127.0.0.1:9/c", "http://[::1]:9/c", "http://192.168.1.1/c"):
         r = h.client.put("/v1/producer-groups/shop", json={"check_urls": [url]})
@@ -245,7 +245,7 @@ def test_allowed_networks_admit_only_themselves(harness_factory) -> None:  # noq
     assert cb.checks == []
 
 
-def test_no_url_with_user_info_is_stored_or_called(harness) -> None:  # noqa: F811
+def test_no_url_with_user_info_is_stored_or_called(harness) -> None:
     h = harness
     cb = h.callback(answer("COMMIT"))
     h.register("shop", [cb.url])

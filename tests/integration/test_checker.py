@@ -17,7 +17,7 @@ from prometheus_client import REGISTRY
 from sqlalchemy import text
 
 from tests.callbacks import GARBAGE, CallbackServer, Reply, answer, refused_url, status, wait_until
-from tests.integration.checker_harness import Harness, harness, harness_factory  # noqa: F401
+from tests.integration.checker_harness import Harness
 
 DISCARD_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
 
@@ -48,7 +48,7 @@ def resolve_marker(h: Harness, group: str, server: CallbackServer, name: str) ->
     assert wait_until(lambda: settled(h, group, name), what=name) == "COMMITTED"
 
 
-def test_check_commit_goes_through_the_api_code_path(harness_factory) -> None:  # noqa: F811
+def test_check_commit_goes_through_the_api_code_path(harness_factory) -> None:
     # an hour between checks: the first check does not wait for the interval
     h = harness_factory(check_interval_seconds=3600)
     cb = h.callback(answer("COMMIT"))
@@ -79,7 +79,7 @@ def test_check_commit_goes_through_the_api_code_path(harness_factory) -> None:  
     assert metric("txmsg_checks_total", result="COMMIT") == before + 1
 
 
-def test_check_rollback(harness) -> None:  # noqa: F811
+def test_check_rollback(harness) -> None:
     cb = harness.callback(answer("ROLLBACK"))
     harness.register("shop", [cb.url])
     harness.send("shop", "order-1")
@@ -91,7 +91,7 @@ def test_check_rollback(harness) -> None:  # noqa: F811
     assert harness.op("shop", "order-1", "commit").status_code == 409
 
 
-def test_unknown_until_discard_then_resume_then_late_commit(harness) -> None:  # noqa: F811
+def test_unknown_until_discard_then_resume_then_late_commit(harness) -> None:
     h = harness
     cb = h.callback(by_txid(marker=answer("COMMIT")))
     h.register("shop", [cb.url])
@@ -129,7 +129,7 @@ def test_unknown_until_discard_then_resume_then_late_commit(harness) -> None:  #
     assert len(h.topic(DISCARD_TOPIC)) == 2
 
 
-def test_unanswered_urls_are_passed_over_and_each_check_counts_once(harness_factory) -> None:  # noqa: F811
+def test_unanswered_urls_are_passed_over_and_each_check_counts_once(harness_factory) -> None:
     h = harness_factory()
     failing = h.callback(status(500))
     hanging = h.callback(Reply(hang=threading.Event()))
@@ -154,7 +154,7 @@ def test_unanswered_urls_are_passed_over_and_each_check_counts_once(harness_fact
     assert h.txn("shop", "order-1")["check_times"] == 3
 
 
-def test_a_2xx_decides_even_without_a_usable_resolution(harness) -> None:  # noqa: F811
+def test_a_2xx_decides_even_without_a_usable_resolution(harness) -> None:
     h = harness
     failing = h.callback(status(503))
     garbage = h.callback(GARBAGE)
@@ -180,7 +180,7 @@ def test_a_2xx_decides_even_without_a_usable_resolution(harness) -> None:  # noq
     assert [c.result for c in h.check_log("odd", "odd-1")] == ["BAD_RESPONSE"] * 3
 
 
-def test_transaction_check_url_first_then_group_urls_in_order(harness) -> None:  # noqa: F811
+def test_transaction_check_url_first_then_group_urls_in_order(harness) -> None:
     h = harness
     own = h.callback(answer("COMMIT"))
     failing = h.callback(status(500))
@@ -200,7 +200,7 @@ def test_transaction_check_url_first_then_group_urls_in_order(harness) -> None: 
     assert f"{failing.url}: HTTP 500" in entry.detail
 
 
-def test_check_immunity_delays_the_first_check(harness) -> None:  # noqa: F811
+def test_check_immunity_delays_the_first_check(harness) -> None:
     h = harness
     cb = h.callback(answer("UNKNOWN"))
     h.register("shop", [cb.url])
@@ -217,7 +217,7 @@ def test_check_immunity_delays_the_first_check(harness) -> None:  # noqa: F811
     assert cb.numbers("immune-1") == []
 
 
-def test_no_check_after_commit_or_rollback(harness) -> None:  # noqa: F811
+def test_no_check_after_commit_or_rollback(harness) -> None:
     h = harness
     cb = h.callback(answer("UNKNOWN"))
     h.register("shop", [cb.url])
@@ -232,7 +232,7 @@ def test_no_check_after_commit_or_rollback(harness) -> None:  # noqa: F811
     assert h.check_log("shop", "committed-1") == [] and h.check_log("shop", "rolled-1") == []
 
 
-def test_a_check_in_flight_when_the_api_commits_still_counts_once(harness) -> None:  # noqa: F811
+def test_a_check_in_flight_when_the_api_commits_still_counts_once(harness) -> None:
     h = harness
     hold = threading.Event()
     cb = h.callback(by_txid(**{"order-": Reply(hang=hold, body=b'{"resolution": "ROLLBACK"}'),
@@ -254,7 +254,7 @@ def test_a_check_in_flight_when_the_api_commits_still_counts_once(harness) -> No
     assert cb.numbers("order-1") == [1]
 
 
-def test_deleted_group_checks_are_unknown_but_own_check_url_is_asked(harness) -> None:  # noqa: F811
+def test_deleted_group_checks_are_unknown_but_own_check_url_is_asked(harness) -> None:
     h = harness
     cb = h.callback(answer("COMMIT"))
     h.register("gone", ["http://127.0.0.1:9/never"])
@@ -270,7 +270,7 @@ def test_deleted_group_checks_are_unknown_but_own_check_url_is_asked(harness) ->
     assert cb.numbers("own-1") == [1]
 
 
-def test_a_discard_is_logged_as_a_warning_with_its_fields(harness, caplog) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
+def test_a_discard_is_logged_as_a_warning_with_its_fields(harness, caplog) -> None:  # type: ignore[no-untyped-def]
     """The line an operator searches for: which transaction, of which group, after how
     many checks (fields of a JSON log, as the check's own lines have)."""
     caplog.set_level(logging.INFO, logger="app.domain.checks")
@@ -291,7 +291,7 @@ def test_a_discard_is_logged_as_a_warning_with_its_fields(harness, caplog) -> No
         "order-7", "shop", 3, "DISCARD")
 
 
-def test_crash_after_the_last_check_discards_without_asking_again(harness) -> None:  # noqa: F811
+def test_crash_after_the_last_check_discards_without_asking_again(harness) -> None:
     h = harness
     cb = h.callback(answer("UNKNOWN"))
     h.register("shop", [cb.url])
@@ -308,7 +308,7 @@ def test_crash_after_the_last_check_discards_without_asking_again(harness) -> No
     assert h.topic(DISCARD_TOPIC)[0]["properties"]["CHECK_TIMES"] == "3"
 
 
-def test_a_slow_callback_does_not_hold_up_the_others(harness) -> None:  # noqa: F811
+def test_a_slow_callback_does_not_hold_up_the_others(harness) -> None:
     h = harness
     hold = threading.Event()
     slow = h.callback(Reply(hang=hold, body=b'{"resolution": "COMMIT"}'))
@@ -326,7 +326,7 @@ def test_a_slow_callback_does_not_hold_up_the_others(harness) -> None:  # noqa: 
     assert slow.numbers("slow-1") == [1]
 
 
-def test_two_checkers_on_one_store_never_check_a_transaction_twice(harness) -> None:  # noqa: F811
+def test_two_checkers_on_one_store_never_check_a_transaction_twice(harness) -> None:
     h = harness
     cb = h.callback(Reply(body=b'{"resolution": "UNKNOWN"}', delay=0.01))
     h.register("shop", [cb.url])

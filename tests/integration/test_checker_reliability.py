@@ -16,7 +16,7 @@ from sqlalchemy.exc import OperationalError
 
 from app.storage import checks as checks_storage
 from tests.callbacks import Reply, answer, wait_until
-from tests.integration.checker_harness import Harness, harness, harness_factory  # noqa: F401
+from tests.integration.checker_harness import Harness
 
 COMMIT = b'{"resolution": "COMMIT"}'
 
@@ -47,7 +47,7 @@ def fail_first_record(monkeypatch: Any) -> list[int]:
     return failed
 
 
-def test_a_group_whose_callbacks_hang_does_not_hold_up_other_groups(harness_factory) -> None:  # noqa: F811
+def test_a_group_whose_callbacks_hang_does_not_hold_up_other_groups(harness_factory) -> None:
     h = harness_factory(checker_concurrency=6, checker_group_concurrency=2)
     hold = threading.Event()
     stuck = h.callback(Reply(hang=hold, body=COMMIT))
@@ -75,7 +75,7 @@ def test_a_group_whose_callbacks_hang_does_not_hold_up_other_groups(harness_fact
     assert all(stuck.numbers(txid) == [1] for txid in hung)
 
 
-def test_a_failed_record_is_retried_at_once_not_after_the_lease(harness_factory,  # noqa: F811
+def test_a_failed_record_is_retried_at_once_not_after_the_lease(harness_factory,
                                                                  monkeypatch) -> None:
     h = harness_factory(checker_lease_seconds=600)
     cb = h.callback(answer("COMMIT"))
@@ -91,7 +91,7 @@ def test_a_failed_record_is_retried_at_once_not_after_the_lease(harness_factory,
     assert h.ops("shop", "order-1") == [("COMMIT", "check", 1)]
 
 
-def test_a_record_that_keeps_failing_gives_the_lease_back(harness_factory,  # noqa: F811
+def test_a_record_that_keeps_failing_gives_the_lease_back(harness_factory,
                                                           monkeypatch, caplog) -> None:
     h = harness_factory(checker_lease_seconds=600, checker_db_retry_seconds=0)
     cb = h.callback(answer("COMMIT"))
@@ -111,7 +111,7 @@ def test_a_record_that_keeps_failing_gives_the_lease_back(harness_factory,  # no
     assert "UPDATE" not in given_back[0]
 
 
-def test_an_unavailable_database_is_logged_once_without_sql(harness_factory,  # noqa: F811
+def test_an_unavailable_database_is_logged_once_without_sql(harness_factory,
                                                             monkeypatch, caplog) -> None:
     h = harness_factory(checker_outage_log_seconds=3600)
     real, down, polls = checks_storage.any_due, threading.Event(), []

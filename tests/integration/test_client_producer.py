@@ -12,7 +12,6 @@ from txmsg_client.callback import CheckerServer
 from tests.callbacks import wait_until
 from tests.conftest import LiveServer
 from tests.front_client import front
-from tests.integration.checker_harness import harness, harness_factory  # noqa: F401
 
 
 @pytest.fixture
@@ -128,7 +127,7 @@ class Orders:
             else Resolution.UNKNOWN
 
 
-def test_checker_app_answers_the_check_service(harness) -> None:  # noqa: F811
+def test_checker_app_answers_the_check_service(harness) -> None:
     """The RocketMQ flow end to end: the local transaction commits but the producer does
     not tell the service; the check asks the producer's checker, which says COMMIT."""
     orders = Orders()

@@ -22,7 +22,7 @@ from app.web import create_app
 from tests.callbacks import answer, wait_until
 from tests.conftest import make_settings
 from tests.front_client import front
-from tests.integration.checker_harness import Harness, harness_factory  # noqa: F401
+from tests.integration.checker_harness import Harness
 from tests.integration.dashboard_helpers import ADMIN_TOKEN, csrf_of
 from tests.integration.helpers import row_counts
 
@@ -33,9 +33,7 @@ PAGES = ["/ui/", "/ui/transactions", "/ui/discarded", "/ui/topics", f"/ui/topics
          f"/ui/transactions/{GROUP}/t-open/commit"]
 
 
-@pytest.fixture
-def settings(database_url: str) -> Settings:
-    return make_settings(database_url, admin_token=ADMIN_TOKEN)
+pytestmark = pytest.mark.settings(admin_token=ADMIN_TOKEN)
 
 
 def sign_in(client: Any, token: str = ADMIN_TOKEN, next_: str = "/ui/") -> Any:
@@ -546,7 +544,7 @@ def test_an_unknown_page_is_an_html_404(client: Any) -> None:
     assert r.status_code == 404 and r.mimetype == "text/html"
 
 
-def test_the_checker_records_each_checks_duration(harness_factory: Any) -> None:  # noqa: F811
+def test_the_checker_records_each_checks_duration(harness_factory: Any) -> None:
     h: Harness = harness_factory()
     cb = h.callback(answer("UNKNOWN"))
     h.register("shop", [cb.url])

@@ -10,8 +10,6 @@ from typing import Any
 
 import pytest
 
-from app.config import Settings
-from tests.conftest import make_settings
 from tests.integration.helpers import discard_after_one_check
 
 ADMIN_TOKEN = "admin-token-for-tests-0123456789"
@@ -21,9 +19,7 @@ STATES = ("COMMITTED", "PREPARED", "ROLLED_BACK", "DISCARDED")
 UNKNOWN = "0123456789ABCDEF0123456789ABCDEF"
 
 
-@pytest.fixture
-def settings(database_url: str) -> Settings:
-    return make_settings(database_url, admin_token=ADMIN_TOKEN)
+pytestmark = pytest.mark.settings(admin_token=ADMIN_TOKEN)
 
 
 def make_token(client: Any, *scopes: str) -> str:

@@ -27,7 +27,6 @@ from app.web import create_app
 from tests.callbacks import answer, wait_until
 from tests.conftest import LiveServer, make_settings
 from tests.front_client import front
-from tests.integration.checker_harness import harness_factory  # noqa: F401
 from tests.integration.helpers import FakeClock, finish, register, send, statements_run
 from tests.logs import captured_logs
 
@@ -113,7 +112,7 @@ def _value(name: str, **labels: str) -> float:
 
 
 def test_a_check_counts_observes_its_duration_and_logs_one_line(
-        harness_factory: Any) -> None:  # noqa: F811
+        harness_factory: Any) -> None:
     h = harness_factory()
     callback = h.callback(answer("COMMIT"))
     # a query secret in the URL may not reach the log (credentials cannot be registered)

@@ -34,7 +34,7 @@ from tests.callbacks import answer, wait_until
 from tests.conftest import LiveServer, make_settings
 from tests.front_client import front
 from tests.fuzz import CHECKS, REGISTER, SEED, check_problem, open_schema
-from tests.integration.checker_harness import Harness, harness, harness_factory  # noqa: F401
+from tests.integration.checker_harness import Harness
 
 HTTP_METHODS = {"get", "put", "post", "delete", "patch", "head", "options", "trace"}
 
@@ -213,7 +213,7 @@ def conforms_to(schema: dict[str, Any], instance: Any) -> None:
     assert not errors, (schema, errors, instance)
 
 
-def test_checks_and_states_the_fuzzer_cannot_reach_conform(harness: Harness) -> None:  # noqa: F811
+def test_checks_and_states_the_fuzzer_cannot_reach_conform(harness: Harness) -> None:
     """Check callbacks (the document's webhook), and answers about DISCARDED, resumed and
     committed transactions, against their schemas, on both stores."""
     h = harness

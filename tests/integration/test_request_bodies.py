@@ -18,7 +18,6 @@ from app.api.openapi import openapi_document
 from app.api.routes import ROUTES
 from app.config import Settings
 from tests.asgi_client import AsgiClient, Reply
-from tests.conftest import make_settings
 
 ADMIN_TOKEN = "admin-token-for-tests-0123456789"
 GROUP, TOPIC = "orders-svc", "orders"
@@ -41,9 +40,7 @@ BODY_ROUTES = [
 ]
 
 
-@pytest.fixture
-def settings(database_url: str) -> Settings:
-    return make_settings(database_url, admin_token=ADMIN_TOKEN)
+pytestmark = pytest.mark.settings(admin_token=ADMIN_TOKEN)
 
 
 @pytest.fixture

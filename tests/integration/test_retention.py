@@ -29,9 +29,7 @@ DATA_TABLES = ("txn", "half_message", "op_log", "check_log", "message_log",
                "retention_pending")
 
 
-@pytest.fixture
-def settings(database_url: str) -> Settings:
-    return make_settings(database_url, retention_seconds=HOUR, retention_batch_size=7)
+pytestmark = pytest.mark.settings(retention_seconds=HOUR, retention_batch_size=7)
 
 
 def engine_of(app: Any) -> Engine:

@@ -20,7 +20,7 @@ from app.domain.callback_policy import CallbackPolicy
 from app.domain.checks import Checks
 from checker.callback import Caller
 from tests.callbacks import Delivery, answer, wait_until
-from tests.integration.checker_harness import Harness, harness, harness_factory  # noqa: F401
+from tests.integration.checker_harness import Harness
 
 
 def settled(h: Harness, group: str, txid: str) -> str | None:
@@ -47,7 +47,7 @@ def rotate(h: Harness, group: str) -> Any:
     return h.client.post(f"/v1/producer-groups/{group}/signing-secret/rotate")
 
 
-def test_a_group_gets_a_secret_at_first_registration_and_keeps_it(harness) -> None:  # noqa: F811
+def test_a_group_gets_a_secret_at_first_registration_and_keeps_it(harness) -> None:
     h = harness
     h.register("shop", ["http://127.0.0.1:9/a"])
     secret = registration(h, "shop")["signing_secret"]
@@ -67,7 +67,7 @@ def test_a_group_gets_a_secret_at_first_registration_and_keeps_it(harness) -> No
     assert registration(h, "shop")["signing_secret"] == secret
 
 
-def test_rotation_answers_the_new_secret_and_when_the_previous_stops(harness) -> None:  # noqa: F811
+def test_rotation_answers_the_new_secret_and_when_the_previous_stops(harness) -> None:
     h = harness
     h.register("shop", ["http://127.0.0.1:9/a"])
     old = registration(h, "shop")["signing_secret"]
@@ -87,7 +87,7 @@ def test_rotation_answers_the_new_secret_and_when_the_previous_stops(harness) ->
 
 
 def test_callbacks_verify_with_a_standard_webhooks_library_through_a_rotation(
-        harness_factory) -> None:  # noqa: F811
+        harness_factory) -> None:
     h = harness_factory(signing_secret_overlap_seconds=3600)
     cb = h.callback(answer("UNKNOWN"))
     h.register("shop", [cb.url])
@@ -128,7 +128,7 @@ def test_callbacks_verify_with_a_standard_webhooks_library_through_a_rotation(
         assert verifies(delivery, new) and not verifies(delivery, old)
 
 
-def test_without_overlap_only_the_new_secret_signs(harness_factory) -> None:  # noqa: F811
+def test_without_overlap_only_the_new_secret_signs(harness_factory) -> None:
     h = harness_factory(signing_secret_overlap_seconds=0)
     cb = h.callback(answer("COMMIT"))
     h.register("shop", [cb.url])
@@ -143,7 +143,7 @@ def test_without_overlap_only_the_new_secret_signs(harness_factory) -> None:  # 
     assert verifies(delivery, new) and not verifies(delivery, old)
 
 
-def test_webhook_id_is_kept_by_a_redelivery_and_new_for_each_check(harness) -> None:  # noqa: F811
+def test_webhook_id_is_kept_by_a_redelivery_and_new_for_each_check(harness) -> None:
     h = harness
     cb = h.callback(answer("UNKNOWN"))
     h.register("shop", [cb.url])
@@ -178,7 +178,7 @@ def test_webhook_id_is_kept_by_a_redelivery_and_new_for_each_check(harness) -> N
     assert len(set(again)) == 3 and not set(again) & set(ids)
 
 
-def test_a_deleted_groups_transactions_are_still_signed(harness) -> None:  # noqa: F811
+def test_a_deleted_groups_transactions_are_still_signed(harness) -> None:
     h = harness
     cb = h.callback(answer("COMMIT"))
     h.register("gone", ["http://127.0.0.1:9/never"])
@@ -191,7 +191,7 @@ def test_a_deleted_groups_transactions_are_still_signed(harness) -> None:  # noq
     assert verifies(delivery, secret)
 
 
-def test_a_group_without_a_secret_gets_one_when_first_checked(harness) -> None:  # noqa: F811
+def test_a_group_without_a_secret_gets_one_when_first_checked(harness) -> None:
     """A group deleted before secrets existed still has transactions to check."""
     h = harness
     cb = h.callback(answer("COMMIT"))
@@ -212,7 +212,7 @@ class Paid:
         return Resolution.COMMIT
 
 
-def test_the_sdk_endpoint_answers_signed_checks_and_refuses_others(harness) -> None:  # noqa: F811
+def test_the_sdk_endpoint_answers_signed_checks_and_refuses_others(harness) -> None:
     h = harness
     with CheckerServer(Paid()) as good, CheckerServer(Paid()) as wrong:
         h.register("shop", [wrong.url, good.url])
@@ -227,7 +227,7 @@ def test_the_sdk_endpoint_answers_signed_checks_and_refuses_others(harness) -> N
     assert check.detail == f"{wrong.url}: HTTP 401"
 
 
-def test_secrets_are_not_logged(harness_factory, caplog: pytest.LogCaptureFixture) -> None:  # noqa: F811
+def test_secrets_are_not_logged(harness_factory, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG)
     h = harness_factory()
     cb = h.callback(answer("COMMIT"))
@@ -243,7 +243,7 @@ def test_secrets_are_not_logged(harness_factory, caplog: pytest.LogCaptureFixtur
         assert secret not in logged and secret[6:] not in logged
 
 
-def test_a_large_transactions_check_fits_the_sdks_endpoint(harness) -> None:  # noqa: F811
+def test_a_large_transactions_check_fits_the_sdks_endpoint(harness) -> None:
     """The SDK's check endpoints take 1 MiB: a check of a transaction whose bodies are
     larger carries the first bodies only, the others marked omitted with their size, and
     the endpoint answers it (before, each check was a 413 until the transaction was

@@ -12,19 +12,15 @@ import pytest
 from sqlalchemy import Engine, update
 
 from app import metrics
-from app.config import Settings
 from app.domain.clock import utcnow
 from app.domain.retention import Retention
 from app.storage.schema import message_log
-from tests.conftest import make_settings
 from tests.integration.helpers import finish, register, row_counts, send
 
 HOUR = 3600
 
 
-@pytest.fixture
-def settings(database_url: str) -> Settings:
-    return make_settings(database_url, retention_seconds=HOUR, retention_batch_size=100)
+pytestmark = pytest.mark.settings(retention_seconds=HOUR, retention_batch_size=100)
 
 
 def engine_of(app: Any) -> Engine:

@@ -22,7 +22,7 @@ from app.web import create_app
 from tests.asgi_client import AsgiClient
 from tests.callbacks import answer, wait_until
 from tests.conftest import make_settings
-from tests.integration.checker_harness import Harness, harness, harness_factory  # noqa: F401
+from tests.integration.checker_harness import Harness
 
 TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 TRACESTATE = "congo=t61rcWkgMzE,rojo=00f067aa0ba902b7"
@@ -192,7 +192,7 @@ def test_two_traceparent_fields_are_ignored(side) -> None:
     assert stored(side, "x1") == [{}]
 
 
-def test_the_check_and_the_discard_copies_carry_the_trace_context(harness) -> None:  # noqa: F811
+def test_the_check_and_the_discard_copies_carry_the_trace_context(harness) -> None:
     h: Harness = harness
     cb = h.callback(answer("UNKNOWN"))
     h.register("shop", [cb.url])

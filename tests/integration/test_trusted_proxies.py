@@ -24,10 +24,8 @@ BEHIND_TLS = {"X-Forwarded-Proto": "https", "X-Forwarded-For": CLIENT,
               "Referer": "https://localhost/ui/sign-in"}
 
 
-@pytest.fixture
-def settings(database_url: str) -> Settings:
-    return make_settings(database_url, admin_token=ADMIN_TOKEN,
-                         trusted_proxies="10.0.0.0/8, fd00::/8")
+pytestmark = pytest.mark.settings(admin_token=ADMIN_TOKEN,
+                                   trusted_proxies="10.0.0.0/8, fd00::/8")
 
 
 def signed_in_from(app: Flask, peer: str) -> tuple[str, Any]:

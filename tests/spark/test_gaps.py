@@ -15,7 +15,6 @@ from app.domain.clock import utcnow
 from app.domain.retention import Retention
 from spark_outbox.gaps import Gap, find_gaps, past_gaps
 from spark_outbox.job import run
-from tests.conftest import make_settings
 from tests.spark.helpers import (
     FAST_START_JVM,
     checkpoint,
@@ -27,6 +26,8 @@ from tests.spark.helpers import (
     send,
 )
 
+pytestmark = pytest.mark.settings(retention_seconds=3600)
+
 
 def test_a_gap_is_what_lies_between_the_checkpoint_and_the_first_retained_offset() -> None:
     gaps = find_gaps({"a": 5, "b": 7, "c": 2}, {"a": 9, "b": 7, "c": 0, "d": 4, "f": 8},
@@ -34,11 +35,6 @@ def test_a_gap_is_what_lies_between_the_checkpoint_and_the_first_retained_offset
     assert gaps == [Gap("a", 5, 9), Gap("d", 0, 4), Gap("f", 0, 6)]
     assert past_gaps({"a": 5, "b": 7}, gaps) == {"a": 9, "b": 7, "d": 4, "f": 6}
     assert gaps[0].line() == "txmsg ingest: GAP a offsets 5..8 (4 messages expired before ingestion)"
-
-
-@pytest.fixture
-def settings(database_url: str) -> Settings:
-    return make_settings(database_url, retention_seconds=3600)
 
 
 def _expire_everything(app) -> None:  # type: ignore[no-untyped-def]

@@ -21,11 +21,10 @@ from pyspark.sql.types import StructType
 from pyspark.testing import assertDataFrameEqual, assertSchemaEqual
 
 from app.config import Settings
-from app.domain.lifecycle import utcnow
+from app.domain.clock import utcnow
 from app.domain.retention import Retention
 from spark_outbox import streaming
 from spark_outbox.job import run
-from tests.conftest import make_settings
 from tests.spark.helpers import (
     FAST_START_JVM,
     LAKE_SCHEMA,
@@ -36,7 +35,7 @@ from tests.spark.helpers import (
     send,
 )
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.settings(retention_seconds=3600), pytest.mark.spark]
 
 # the stream's columns: the lake's, with topic and commit_date where transform puts them
 _LAKE = {f.name: f for f in LAKE_SCHEMA.fields}
@@ -44,11 +43,6 @@ STREAM_SCHEMA = StructType([_LAKE[name] for name in (
     "offset", "message_id", "transaction_id", "producer_group", "topic", "keys", "tag",
     "ordering_key", "properties", "body", "body_bytes", "created_at", "committed_at",
     "commit_date")])
-
-
-@pytest.fixture
-def settings(database_url: str) -> Settings:
-    return make_settings(database_url, retention_seconds=3600)
 
 
 @pytest.fixture
