@@ -1,4 +1,4 @@
-"""The schemathesis fuzz of the API, in process (tests/integration/test_openapi.py) and as
+"""The schemathesis fuzz of the API, in process (tests/integration/api/test_openapi.py) and as
 `txmsg serve` serves it (tests/acceptance/test_served_fuzz.py): the document fuzzed, the
 state fuzzed from, and what every answer is held to."""
 

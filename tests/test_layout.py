@@ -83,3 +83,14 @@ def test_the_development_guide_names_every_module() -> None:
                for path in sorted((root / package).rglob("*.py"))
                if path.name != "__init__.py" and path.name not in guide]
     assert unnamed == []
+
+
+def test_integration_tests_sit_in_the_folder_of_what_they_exercise() -> None:
+    """tests/integration/ holds folders (api/, domain/, storage/, ...) and shared helpers;
+    no test module sits loose beside them, and no module defines a ``settings`` fixture
+    of its own (a ``@pytest.mark.settings(...)`` mark sets a module's)."""
+    integration = TESTS / "integration"
+    assert sorted(p.name for p in integration.glob("test_*.py")) == []
+    redefined = [str(p.relative_to(TESTS)) for p in TESTS.rglob("test_*.py")
+                 if "\ndef settings(" in p.read_text()]
+    assert redefined == []

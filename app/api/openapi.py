@@ -7,7 +7,7 @@ field, limit and pattern has one home. The paths come from the route table
 answer models, problem codes and summary. Written here is only what neither says: the
 descriptions of the problem statuses, the parameters' schemas (``_Builder.parameters``;
 a new query parameter goes there), request examples and prose.
-``tests/integration/test_openapi.py`` holds the document to the routes and fuzzes the
+``tests/integration/api/test_openapi.py`` holds the document to the routes and fuzzes the
 app against it. The types' schemas, and those of the types they use, become components
 by themselves, one per class and named after it.
 """

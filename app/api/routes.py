@@ -8,7 +8,7 @@ the ASGI front's router (``app.api.asgi``, the API's one front), the OpenAPI doc
 
 Adding a route: a handler in the module of its resource, its request model in the domain
 (the one that validates it, as in ``app.domain.messages``), its answer's shape in
-``app.api.schemas``, then one entry here. ``tests/integration/test_openapi.py`` and
+``app.api.schemas``, then one entry here. ``tests/integration/api/test_openapi.py`` and
 ``test_access.py`` check it is documented and guarded.
 """
 

@@ -50,5 +50,5 @@ def within_budget(taken: int, used: int, size: int, max_bytes: int) -> bool:
     one message. The SQL that cuts a page or a first delivery (``app.storage.log.read_page``,
     ``app.storage.subscription_leases.first_deliveries``) writes it as a running sum:
     ``sum(size) OVER (ORDER BY offset) <= max_bytes OR row_number() = 1``
-    (tests/integration/test_budgets.py runs both on the same rows)."""
+    (tests/integration/domain/test_budgets.py runs both on the same rows)."""
     return taken == 0 or used + size <= max_bytes

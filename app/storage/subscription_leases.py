@@ -110,7 +110,7 @@ def add_leased(conn: Connection, sub_id: int, offsets: Sequence[int], until: dat
 # now + the ack timeout (``leasing.lease_until``), deliverable again after the backoff of
 # redelivery count 0 (``leasing.redeliverable_at``), which is LEAST(min_ms, max_ms)
 # (``leasing.backoff_ms``); its picks take at most max_bytes, but at least one
-# (``limits.within_budget``). tests/integration/test_budgets.py runs it on PostgreSQL and
+# (``limits.within_budget``). tests/integration/domain/test_budgets.py runs it on PostgreSQL and
 # holds its leases and picks to those functions.
 # its columns are ``as_read``'s (``app.storage.log.as_read_columns``) and the body
 _PICKED = ", ".join(f"p.{name}" for name in AS_READ_NAMES)

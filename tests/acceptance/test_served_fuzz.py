@@ -1,7 +1,7 @@
 """The API as ``txmsg serve`` serves it (Granian, the ASGI front, Flask behind a2wsgi)
 conforms to its document under fuzzing, over real HTTP, with access control off and on
 (every request then carries the admin token): the in-process fuzz in
-tests/integration/test_openapi.py reaches the Flask app alone."""
+tests/integration/api/test_openapi.py reaches the Flask app alone."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """deploy/: the Prometheus configuration and alert rules checked and unit-tested by
 Debian's promtool, the Grafana provisioning and dashboard held to their shape, and the
 compose file's monitoring profile wired to them. (That every metric the dashboard and
-the alerts name is one the app exposes: tests/integration/test_deploy_metrics.py.)"""
+the alerts name is one the app exposes: tests/integration/ops/test_deploy_metrics.py.)"""
 
 from __future__ import annotations
 

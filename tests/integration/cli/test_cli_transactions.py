@@ -209,7 +209,7 @@ def test_a_database_down_is_one_line_not_a_traceback(args: tuple[str, ...]) -> N
 
 def test_the_operations_page_example(api: Any, txmsg: Txmsg) -> None:
     """docs/operations.md's example, command by command, on a discarded transaction."""
-    page = (Path(__file__).resolve().parents[2] / "docs" / "operations.md").read_text()
+    page = (Path(__file__).resolve().parents[3] / "docs" / "operations.md").read_text()
     example = page.split("For example, the discarded transactions", 1)[1]
     commands = [shlex.split(line) for line in example.split("```sh\n", 1)[1]
                 .split("```", 1)[0].splitlines()]

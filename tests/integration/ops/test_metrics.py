@@ -30,7 +30,7 @@ from tests.front_client import front
 from tests.integration.helpers import FakeClock, finish, register, send, statements_run
 from tests.logs import captured_logs
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 CONTRACT = ["txmsg_half_messages", "txmsg_commit_messages_total",
             "txmsg_rollback_messages_total", "txmsg_discard_messages_total",
             "txmsg_checks_total", "txmsg_finish_latency_seconds"]

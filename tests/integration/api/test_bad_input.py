@@ -1,6 +1,6 @@
 """Bad input, on both stores: each refusal is problem+json with its stable code and status,
 and writes nothing (every table's row count is unchanged). The cases are in
-``bad_input_cases``; tests/integration/test_asgi_front.py runs them through the ASGI front."""
+``bad_input_cases``; tests/integration/api/test_asgi_front.py runs them through the ASGI front."""
 
 from __future__ import annotations
 

@@ -444,7 +444,7 @@ def test_a_deletion_answers_204_without_a_content_type(front: Side) -> None:
 
 def test_the_fronts_access_lines_name_the_client_a_trusted_proxy_forwards(
         database_url: str) -> None:
-    """As for the dashboard's (tests/integration/test_trusted_proxies.py): the peer, or
+    """As for the dashboard's (tests/integration/api/test_trusted_proxies.py): the peer, or
     for a trusted proxy the last address it forwards."""
     forwarded = [("X-Forwarded-For", "198.51.100.1, 203.0.113.9")]
     for proxies, client in (("127.0.0.0/8", "203.0.113.9"), ("10.0.0.0/8", "127.0.0.1")):

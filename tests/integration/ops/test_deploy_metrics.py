@@ -14,7 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.integration.helpers import register, send
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 _SELECTOR = re.compile(r"\b(txmsg_[A-Za-z0-9_]+)(?:\{([^}]*)\})?")
 _BY = re.compile(r"\bby\s*\(([^)]*)\)")
 

@@ -75,7 +75,7 @@ def seeded(client: Any) -> dict[str, str]:
 
 def _routes() -> Iterator[tuple[str, str, Access]]:
     """(method, rule, access) of every API route (the dashboard's pages check their own
-    sessions: tests/integration/test_dashboard.py)."""
+    sessions: tests/integration/ui/test_dashboard.py)."""
     for route in ROUTES:
         yield route.method, route.rule, route.access
 
