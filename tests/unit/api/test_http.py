@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import orjson
 import pytest
-from werkzeug.exceptions import MethodNotAllowed, NotFound, ImATeapot, RequestEntityTooLarge
+from werkzeug.exceptions import ImATeapot, MethodNotAllowed, NotFound, RequestEntityTooLarge
 
 from app.api.http import (
     PROBLEM_MEDIA_TYPE,
