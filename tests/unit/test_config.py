@@ -6,7 +6,7 @@ import ipaddress
 import os
 
 import pytest
-from pydantic import ValidationError
+from pydantic import SecretStr, ValidationError
 
 from app.config import (
     DEFAULT_DATABASE_URL,
@@ -82,7 +82,7 @@ def test_a_short_or_padded_admin_token_is_refused_without_echoing_it(
     with pytest.raises(ValidationError) as caught:
         Settings()
     assert token.strip() not in str(caught.value)
-    assert Settings(admin_token="y" * MIN_ADMIN_TOKEN_LENGTH).access_control
+    assert Settings(admin_token=SecretStr("y" * MIN_ADMIN_TOKEN_LENGTH)).access_control
 
 
 @pytest.mark.parametrize(("name", "value"), [

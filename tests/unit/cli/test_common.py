@@ -79,7 +79,7 @@ def test_cells() -> None:
 
 
 def test_a_table_aligns_its_columns_under_a_header() -> None:
-    rows = [{"topic": "orders", "next_offset": 12, "extra": "not shown"},
+    rows: list[dict[str, object]] = [{"topic": "orders", "next_offset": 12, "extra": "not shown"},
             {"topic": "a", "next_offset": None}]
     assert table(rows, ["topic", "next_offset"]).splitlines() == [
         "topic   next_offset",

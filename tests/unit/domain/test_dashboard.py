@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -52,17 +53,17 @@ def test_a_binary_body_shows_as_hex() -> None:
     assert _body(b"\x00\xff\x10", False, 3) == {"text": None, "hex": "00 ff 10", "cut": False}
 
 
-def row(state: State) -> SimpleNamespace:
+def row(state: State) -> Any:
     return SimpleNamespace(created_at=T0, message_count=2, state=state,
                            next_check_at=T0 + timedelta(seconds=90))
 
 
 def test_the_timeline_orders_sends_checks_and_operations_by_time() -> None:
-    checks = [SimpleNamespace(created_at=T0 + timedelta(seconds=30), check_times=1,
+    checks: list[Any] = [SimpleNamespace(created_at=T0 + timedelta(seconds=30), check_times=1,
                               result="UNKNOWN", url="http://h/c", duration_ms=12.4),
               SimpleNamespace(created_at=T0 + timedelta(seconds=60), check_times=2,
                               result="TIMEOUT", url=None, duration_ms=None)]
-    ops = [SimpleNamespace(created_at=T0 + timedelta(seconds=45), op="COMMIT", source="api",
+    ops: list[Any] = [SimpleNamespace(created_at=T0 + timedelta(seconds=45), op="COMMIT", source="api",
                            check_times=1)]
     events = _timeline(row(State.COMMITTED), checks, ops)
     assert [(e.at - T0).seconds for e in events] == [0, 30, 45, 60]

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from types import SimpleNamespace
+from typing import Any
 
 from app.domain.retention import _fill, _topic
 from app.storage.topics import TopicState
 
 
-def txns(*message_counts: int) -> list[SimpleNamespace]:
+def txns(*message_counts: int) -> list[Any]:
     return [SimpleNamespace(id=i, message_count=n) for i, n in enumerate(message_counts)]
 
 

@@ -70,7 +70,7 @@ def test_a_finish_that_applied_nothing_has_no_destination(exported: Any) -> None
 
 
 def test_a_check_links_to_the_contexts_its_messages_carry(exported: Any) -> None:
-    messages = [{"topic": "orders", "message_id": "M1",
+    messages: list[dict[str, Any]] = [{"topic": "orders", "message_id": "M1",
                  "properties": orjson.Fragment(orjson.dumps({"traceparent": STORED}))},
                 {"topic": "orders", "message_id": "M2", "properties": None}]
     with spans.checking("shop", "t-1", 3, messages) as span:
