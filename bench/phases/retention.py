@@ -19,9 +19,9 @@ from typing import Any
 
 import psycopg
 
-from bench import txmsg_load
-from bench.pgdb import clean_env, libpq_url, truncate_all, txmsg_command
-from bench.service import Server
+from bench.harness.pgdb import clean_env, libpq_url, truncate_all, txmsg_command
+from bench.harness.service import Server
+from bench.phases import txmsg_load
 
 EXPIRED_GROUP = "bench-expired"
 EXPIRED_TOPIC = "bench-expired"

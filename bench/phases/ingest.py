@@ -7,7 +7,7 @@ dropped at the end. Then, in interleaved rounds (medians reported, since the mac
 load drifts), each a process of its own as a user runs it:
 
 - ``txmsg ingest --output DIR`` into a fresh directory;
-- ``bench.plain_spark``: the same rows through Spark's JDBC source into Parquet by hand;
+- ``bench.phases.plain_spark``: the same rows through Spark's JDBC source into Parquet by hand;
 - ``COPY (SELECT * FROM committed_messages) TO STDOUT`` into this process.
 
 Wall time (Spark's start included), peak RSS of the process tree (Python and the JVM),
@@ -17,7 +17,7 @@ floor such a run is measured against, a fresh process that starts Spark (same se
 the plain job), counts ``spark.range(1)`` and stops, once with Spark's default JVM and once
 with the JVM options `txmsg ingest` gives a short run::
 
-    python -m bench.ingest [--rows 1000000] [--rounds 3] [--database-url postgresql://...]
+    python -m bench.phases.ingest [--rows 1000000] [--rounds 3] [--database-url postgresql://...]
 """
 
 from __future__ import annotations
@@ -37,8 +37,8 @@ from typing import Any
 
 import psycopg
 
-from bench.pgdb import bench_database, clean_env, libpq_url, txmsg_command
-from bench.procs import Sampler
+from bench.harness.pgdb import bench_database, clean_env, libpq_url, txmsg_command
+from bench.harness.procs import Sampler
 from spark_outbox.dataset import OutputDir
 from spark_outbox.plan import TopicRange
 
@@ -155,8 +155,8 @@ def ingest_once(url: str, out: Path, **env: str) -> dict[str, Any]:
 
 
 def plain_once(url: str, out: Path, upper_bound: int, **env: str) -> dict[str, Any]:
-    """The hand-written Spark job of ``bench.plain_spark`` on the same rows."""
-    done = _timed([sys.executable, "-m", "bench.plain_spark", "--database-url", url,
+    """The hand-written Spark job of ``bench.phases.plain_spark`` on the same rows."""
+    done = _timed([sys.executable, "-m", "bench.phases.plain_spark", "--database-url", url,
                    "--output", str(out), "--upper-bound", str(upper_bound),
                    "--partitions", str(PLAIN_PARTITIONS)], clean_env(**env), "plain Spark job")
     timings = json.loads(done.pop("output").strip().splitlines()[-1])
@@ -176,7 +176,7 @@ def seed_checkpoint(url: str, lake: Path) -> None:
 def trivial_once(url: str, short_jvm: bool = False, **env: str) -> dict[str, Any]:
     """A fresh process: Spark's start, ``spark.range(1).count()``, stop (``short_jvm``:
     with the JVM options of a short `txmsg ingest` run)."""
-    done = _timed([sys.executable, "-m", "bench.plain_spark", "--database-url", url,
+    done = _timed([sys.executable, "-m", "bench.phases.plain_spark", "--database-url", url,
                    "--trivial", *(["--short-jvm"] if short_jvm else [])], clean_env(**env),
                   "Spark start+stop" + (", short-run JVM" if short_jvm else ""))
     timings = json.loads(done.pop("output").strip().splitlines()[-1])

@@ -19,7 +19,7 @@ import psycopg
 from sqlalchemy import Connection, create_engine, literal_column, select
 
 from app.storage.schema import txn
-from bench.pgdb import libpq_url, truncate_all
+from bench.harness.pgdb import libpq_url, truncate_all
 
 CLAIM_LIMIT = 200
 

@@ -12,7 +12,7 @@ than the overview shows, all with a backlog), and each page is
 loaded ``--loads`` times over one keep-alive connection after a warm-up load: the median
 and the slowest time to the answer's last byte, which on loopback is the server's time::
 
-    python -m bench.ui [--transactions 100000] [--loads 9]
+    python -m bench.phases.ui [--transactions 100000] [--loads 9]
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ import time
 import psycopg
 import requests
 
-from bench.pgdb import bench_database, libpq_url
-from bench.service import serve
+from bench.harness.pgdb import bench_database, libpq_url
+from bench.harness.service import serve
 
 GROUPS = 10
 TOPICS = 8
