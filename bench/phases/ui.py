@@ -1,11 +1,12 @@
 """Benchmark: how long each dashboard page takes with a large history stored, on PostgreSQL.
 
-In a database of its own (dropped at the end), rows are generated in SQL, consistent with
-the schema: 100,000 transactions in 10 producer groups, 10 messages each (1,000,000
-half messages); 95 % committed (their messages in the committed log of 8 topics, dense
-offsets, commit times spread over the last 72 hours), 1 % rolled back, 4 % PREPARED,
-0.1 % DISCARDED (appended to the discard topic), with an op log row per resolution and
-check log rows for a tenth of them, over the last two hours. Then ``txmsg serve
+In a database of its own (dropped at the end), rows are written through the service's
+own write path (``bench.harness.seed``): 100,000 transactions in 10 producer groups, 10
+messages each (1,000,000 half messages); 95 % committed (their messages in the committed
+log of 8 topics, dense offsets, commit times spread over the last 72 hours in steps of
+``STEP``), 1 % rolled back, 4 % PREPARED, 0.1 % DISCARDED (appended to the discard topic
+after 15 checks), with an op log row per resolution and a check for a tenth of them, over
+the last two hours. Then ``txmsg serve
 --no-checker`` (access control off, on loopback) serves the pages, with
 ``SUBSCRIPTIONS_PER_TOPIC`` subscriptions on each topic from its earliest offset (more
 than the overview shows, all with a backlog), and each page is
@@ -18,13 +19,18 @@ and the slowest time to the answer's last byte, which on loopback is the server'
 from __future__ import annotations
 
 import argparse
-import hashlib
 import statistics
 import time
+from base64 import b64encode
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 
 import psycopg
 import requests
 
+from app.domain.messages import MessageIn
+from app.vocabulary import Op
+from bench.harness import seed
 from bench.harness.pgdb import bench_database, libpq_url
 from bench.harness.service import serve
 
@@ -34,93 +40,87 @@ PER_TXN = 10
 SUBSCRIPTIONS_PER_TOPIC = 8
 GOAL_MS = 200.0
 
-GENERATE = """
-DO $$ BEGIN
-  IF current_setting('is_superuser') = 'on' THEN
-    PERFORM set_config('session_replication_role', 'replica', true);
-  END IF;
-END $$;
+STEP = timedelta(minutes=10)  # sends and resolutions are written at times this far apart
+CHECK_URL = "http://127.0.0.1:9/check"
 
-INSERT INTO producer_group (name, check_urls, check_timeout_ms, created_at, updated_at)
-SELECT 'bench-' || g, '["http://127.0.0.1:9/check"]', 3000, now(), now()
-FROM generate_series(0, {groups} - 1) g;
 
--- state by t: every 1000th DISCARDED, t % 100 in 1..4 PREPARED, 5 ROLLED_BACK, else COMMITTED
-INSERT INTO txn (id, producer_group, transaction_id, state, fingerprint, message_count,
-                 check_url, check_immunity_seconds, check_times, next_check_at, created_at,
-                 resolved_at)
-SELECT t, 'bench-' || (t % {groups}), 'tx-' || t,
-       CASE WHEN t % 1000 = 0 THEN 'DISCARDED' WHEN t % 100 BETWEEN 1 AND 4 THEN 'PREPARED'
-            WHEN t % 100 = 5 THEN 'ROLLED_BACK' ELSE 'COMMITTED' END,
-       md5(t::text), {per_txn}, NULL, 0,
-       CASE WHEN t % 1000 = 0 THEN 15 ELSE 0 END,
-       now() + interval '1 day',
-       now() - (1 - t::float8 / {txns}) * interval '72 hours' - interval '1 second',
-       CASE WHEN t % 1000 = 0 OR t % 100 BETWEEN 1 AND 4 THEN NULL
-            ELSE now() - (1 - t::float8 / {txns}) * interval '72 hours' END
-FROM generate_series(1, {txns}) t;
+def _state(t: int) -> Op | None:
+    """Transaction t's end: every 1000th discarded, t % 100 in 1..4 left PREPARED, 5
+    rolled back, the others committed."""
+    if t % 1000 == 0:
+        return Op.DISCARD
+    if 1 <= t % 100 <= 4:
+        return None
+    return Op.ROLLBACK if t % 100 == 5 else Op.COMMIT
 
-INSERT INTO half_message (id, message_id, txn_id, seq, topic, tag, keys, properties, body,
-                          body_is_text, created_at)
-SELECT g, upper(md5(g::text)), (g - 1) / {per_txn} + 1, (g - 1) % {per_txn},
-       'topic-' || ((g - 1) % {topics}), 'created', '["k-' || g || '"]', '{{}}',
-       convert_to('{{"order": ' || g || ', "lines": ["' || repeat('item ', 16) || '"]}}',
-                  'UTF8'),
-       g % 50 <> 0, now() - (1 - g::float8 / ({txns} * {per_txn})) * interval '72 hours'
-FROM generate_series(1, {txns} * {per_txn}) g;
 
-INSERT INTO message_log (topic, queue_offset, half_message_id, properties, committed_at)
-SELECT h.topic, row_number() OVER (PARTITION BY h.topic ORDER BY h.id) - 1, h.id, NULL,
-       t.resolved_at
-FROM half_message h JOIN txn t ON t.id = h.txn_id WHERE t.state = 'COMMITTED';
+def _message(g: int) -> MessageIn:
+    body = f'{{"order": {g}, "lines": ["{"item " * 16}"]}}'
+    fields = {"topic": f"topic-{(g - 1) % TOPICS}", "tag": "created", "keys": [f"k-{g}"]}
+    if g % 50 == 0:  # a binary body every fiftieth
+        return MessageIn.model_validate({**fields, "body_base64": b64encode(body.encode())
+                                         .decode()})
+    return seed.text(body=body, **fields)  # type: ignore[arg-type]
 
-INSERT INTO message_log (topic, queue_offset, half_message_id, properties, committed_at)
-SELECT 'TRANS_CHECK_MAX_TIME_TOPIC', row_number() OVER (ORDER BY h.id) - 1, h.id,
-       '{{"REAL_TOPIC": "' || h.topic || '", "TRANSACTION_ID": "' || t.transaction_id
-       || '", "PRODUCER_GROUP": "' || t.producer_group || '", "CHECK_TIMES": "15"}}',
-       t.created_at + interval '8 minutes'
-FROM half_message h JOIN txn t ON t.id = h.txn_id WHERE t.state = 'DISCARDED';
 
-INSERT INTO topic_offset (topic, next_offset)
-SELECT topic, max(queue_offset) + 1 FROM message_log GROUP BY topic;
+def _checks(t: int, now: datetime) -> tuple[seed.Check, ...]:
+    """A tenth checked once in the last two hours; the discarded 15 times, timing out."""
+    if t % 1000 == 0:
+        return tuple(seed.Check("TIMEOUT", now - timedelta(hours=3) + n * timedelta(seconds=30),
+                                CHECK_URL, "timed out", 3000.0) for n in range(1, 16))
+    if t % 10 == 0:
+        result = ("COMMIT", "UNKNOWN", "TIMEOUT")[t % 3]
+        return (seed.Check(result, now - (t % 7200) * timedelta(seconds=1), CHECK_URL,
+                           duration_ms=4.2),)
+    return ()
 
-INSERT INTO op_log (txn_id, op, source, check_times, created_at)
-SELECT id, CASE state WHEN 'COMMITTED' THEN 'COMMIT' WHEN 'ROLLED_BACK' THEN 'ROLLBACK'
-                      ELSE 'DISCARD' END, 'api', check_times,
-       COALESCE(resolved_at, created_at + interval '8 minutes')
-FROM txn WHERE state <> 'PREPARED';
 
--- a tenth of the transactions checked once in the last two hours, the discarded 15 times
-INSERT INTO check_log (txn_id, check_times, result, url, detail, created_at, duration_ms)
-SELECT t, 1, CASE WHEN t % 3 = 0 THEN 'COMMIT' WHEN t % 3 = 1 THEN 'UNKNOWN' ELSE 'TIMEOUT' END,
-       'http://127.0.0.1:9/check', NULL, now() - (t % 7200) * interval '1 second', 4.2
-FROM generate_series(10, {txns}, 10) t;
-INSERT INTO check_log (txn_id, check_times, result, url, detail, created_at, duration_ms)
-SELECT t, n, 'TIMEOUT', 'http://127.0.0.1:9/check', 'timed out',
-       now() - interval '3 hours' + n * interval '30 seconds', 3000.0
-FROM generate_series(1000, {txns}, 1000) t, generate_series(1, 15) n;
-
-SELECT setval(pg_get_serial_sequence('txn', 'id'), {txns});
-SELECT setval(pg_get_serial_sequence('half_message', 'id'), {txns} * {per_txn});
-"""
+def _txns(txns: int, group: int, now: datetime) -> Iterator[seed.Txn]:
+    """The transactions t of group bench-(t % GROUPS) in order: sent over the last 72
+    hours, resolved a second later (a discard after 8 minutes)."""
+    first = now - timedelta(hours=72)
+    for t in range(group or GROUPS, txns + 1, GROUPS):
+        sent = first + (now - first) * (t / txns) - timedelta(seconds=1)
+        sent = first + (sent - first) // STEP * STEP
+        op = _state(t)
+        resolved = sent + (timedelta(minutes=8) if op is Op.DISCARD else timedelta(seconds=1))
+        yield seed.Txn(
+            f"tx-{t}", [_message((t - 1) * PER_TXN + s + 1) for s in range(PER_TXN)],
+            sent_at=sent, first_check_delay=(now + timedelta(days=1) - sent).total_seconds(),
+            op=op, resolved_at=resolved, source="checker" if op is Op.DISCARD else "api",
+            checks=_checks(t, now))
 
 
 def generate(url: str, txns: int) -> float:
     started = time.perf_counter()
-    with psycopg.connect(libpq_url(url)) as conn:
-        conn.execute(GENERATE.format(groups=GROUPS, topics=TOPICS, per_txn=PER_TXN, txns=txns))
-        conn.commit()
+    now = datetime.now(UTC)
+    with seed.engine_of(url) as engine:
+        for g in range(GROUPS):
+            seed.register(engine, f"bench-{g}", CHECK_URL)
+            seed.write(engine, f"bench-{g}", _txns(txns, g, now))
     with psycopg.connect(libpq_url(url), autocommit=True) as conn:
         conn.execute("VACUUM ANALYZE")
     return time.perf_counter() - started
 
 
-def pages(txns: int) -> list[tuple[str, str]]:
-    """(name, path) of every page, at places a large history makes hardest."""
-    discarded = txns // 1000 * 1000
-    group = f"bench-{discarded % GROUPS}"
-    message = f"{(discarded - 1) * PER_TXN + 1}"  # the discarded transaction's first
-    message_id = hashlib.md5(message.encode()).hexdigest().upper()
+def discarded(txns: int) -> tuple[str, str]:
+    """(group, transaction id) of the last discarded transaction."""
+    t = txns // 1000 * 1000
+    return f"bench-{t % GROUPS}", f"tx-{t}"
+
+
+def first_message_id(base: str, txns: int) -> str:
+    """The id of the last discarded transaction's first message, as the API shows it."""
+    group, txid = discarded(txns)
+    r = requests.get(f"{base}/v1/producer-groups/{group}/transactions/{txid}", timeout=60)
+    r.raise_for_status()
+    return str(r.json()["messages"][0]["message_id"])
+
+
+def pages(txns: int, message_id: str = "") -> list[tuple[str, str]]:
+    """(name, path) of every page, at places a large history makes hardest;
+    ``message_id``: ``first_message_id``'s."""
+    group, txid = discarded(txns)
     return [
         ("overview", "/ui/"),
         ("transactions", "/ui/transactions"),
@@ -129,8 +129,8 @@ def pages(txns: int) -> list[tuple[str, str]]:
         ("discarded", "/ui/discarded"),
         ("search by transaction id", f"/ui/transactions?q=tx-{txns // 2 + 7}"),
         ("search by message id", f"/ui/transactions?q={message_id}"),
-        ("transaction (15 checks)", f"/ui/transactions/{group}/tx-{discarded}"),
-        ("confirmation", f"/ui/transactions/{group}/tx-{discarded}/resume-check"),
+        ("transaction (15 checks)", f"/ui/transactions/{group}/{txid}"),
+        ("confirmation", f"/ui/transactions/{group}/{txid}/resume-check"),
         ("topics", "/ui/topics"),
         ("topic, latest page", "/ui/topics/topic-3"),
         ("topic, from offset 0", "/ui/topics/topic-3?from_offset=0"),
@@ -181,9 +181,10 @@ def main() -> None:
         with serve(url) as server:
             base = f"http://127.0.0.1:{server.port}"
             subscribe(base)
+            message_id = first_message_id(base, args.transactions)
             print(f"{'page':<36} {'median ms':>10} {'slowest ms':>11}")
             worst = 0.0
-            for name, path in pages(args.transactions):
+            for name, path in pages(args.transactions, message_id):
                 median, slowest = measure(base, path, args.loads)
                 worst = max(worst, median)
                 print(f"{name:<36} {median:>10.1f} {slowest:>11.1f}")
