@@ -74,11 +74,11 @@ def clock_at(when: datetime | None) -> Iterator[None]:
         yield
         return
     real = clock.utcnow
-    clock.utcnow = lambda: when  # type: ignore[assignment]
+    clock.utcnow = lambda: when
     try:
         yield
     finally:
-        clock.utcnow = real  # type: ignore[assignment]
+        clock.utcnow = real
 
 
 @contextmanager
