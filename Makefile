@@ -45,11 +45,11 @@ $(VENV)/.bench-installed: $(VENV)/.installed pyproject.toml
 	touch $@
 
 bench: install $(VENV)/.bench-installed
-	$(PY) -m bench.run; status=$$?; $(PY) -m bench.charts && exit $$status
+	$(PY) -m bench.run; status=$$?; $(PY) -m bench.report.charts && exit $$status
 
 # 10 minutes of steady traffic with a 60 s retention: row counts, disk, RSS every 30 s
 soak: install
-	$(PY) -m bench.soak
+	$(PY) -m bench.phases.soak
 
 clean:
 	rm -rf $(VENV) var bench/out site

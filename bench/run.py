@@ -14,14 +14,14 @@ measures, with the same N client threads throughout:
   (h) delivery latency p50/p99, from a commit's answer to a long-polling receive getting
       the message, at half the (b) peak; and 500 idle long polls: the service's RSS and
       CPU over 10 s with them and without
-  (l) one client, one request at a time (``bench.lone``, in a database of its own): each
+  (l) one client, one request at a time (``bench.phases.lone``, in a database of its own): each
       route's latency and the service's CPU per request, beside the floors (PostgreSQL
       alone, and a bare ASGI app on Granian)
-  plus the checker's RSS working a 100k backlog, and ``bench.ingest`` when present;
-  and retention (``bench.retention``): (b) and (d) with the retention job deleting as
+  plus the checker's RSS working a 100k backlog, and ``bench.phases.ingest`` when present;
+  and retention (``bench.phases.retention``): (b) and (d) with the retention job deleting as
   fast as they write against the same runs without it, and 10M expired rows emptied
   under a paced load (time, worst commit latency).
-  (p) PgQueuer (``bench.pgqueuer_load``) in a database of its own on the same server, in
+  (p) PgQueuer (``bench.phases.pgqueuer_load``) in a database of its own on the same server, in
       the rounds of (a)-(d), (g), each beside its txmsg measure: publish one job at a
       time, publish lists of 100, consume with 4 QueueManagers at batch size 100; CPU per
       1,000 messages of client, service and PostgreSQL for each side; then publish one at
@@ -31,7 +31,7 @@ Results go to bench/out/results.json with the machine's description. ``--quick``
 TXMSG_BENCH_QUICK=1) is a smoke run of a few seconds per phase; benchmarks measure, the
 test of the quick mode only checks that every figure is there. ``--subscriptions-only``
 runs (b), (d), (g), (h) and the idle long polls alone; ``--pgqueuer-only`` the rounds of
-(a)-(d), (g) with PgQueuer's, and the concurrency sweep. ``python -m bench.charts`` draws
+(a)-(d), (g) with PgQueuer's, and the concurrency sweep. ``python -m bench.report.charts`` draws
 the results into docs/images/bench-*.png.
 """
 
@@ -41,7 +41,6 @@ import argparse
 import importlib.util
 import json
 import os
-import re
 import sys
 import time
 import traceback
@@ -50,39 +49,19 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from bench import consume, lone, machine, pgqueuer_load, raw, txmsg_load
-from bench.pgdb import admin_url, bench_database, libpq_url
-from bench.procs import Sampler, summarise
-from bench.service import serve, serve_with_access_control
-
-OUT = Path(__file__).resolve().parent / "out" / "results.json"
+from bench.harness import machine
+from bench.harness.pgdb import admin_url, bench_database, libpq_url
+from bench.harness.service import serve, serve_with_access_control
+from bench.phases import consume, lone, pgqueuer_load, raw, sweep, txmsg_load
+from bench.report import figures
+from bench.report.figures import OUT
+from bench.report.summary import brief, summary
 
 # Why 32 clients: enough concurrent producers that group commit forms real batches and
 # PostgreSQL's own WAL flushes are shared by the raw baseline too (its commits/s stop
 # growing well before 32 on two cores), while staying far below max_connections and
 # within one Granian worker's blocking threads.
 CLIENTS = 32
-
-GOALS = {"b_over_a": (">=", 0.25), "d_over_c": (">=", 0.3), "f_scan_ratio": ("<=", 1.5),
-         "commit_p99_ms": ("<=", 25.0), "serve_rss_max_deviation": ("<=", 0.2),
-         "access_control_overhead_b": ("<=", 0.05), "ingest_over_plain_spark": ("<=", 1.1),
-         "b_retention_on_over_off": (">=", 0.9), "d_retention_on_over_off": (">=", 0.9),
-         "g_over_d": (">=", 1.0), "delivery_p99_ms": ("<=", 50.0),
-         # issue #24: txmsg against PgQueuer on the same machine and server
-         "b_over_pgqueuer_single": (">=", 0.7), "d_over_pgqueuer_batched": (">=", 0.6),
-         "g_over_pgqueuer_consume": (">=", 1.3),
-         # issue #24: one client (l), and the service's CPU per pair in (b)
-         "lone_pair_p50_ms": ("<=", 1.5), "lone_read_p50_ms": ("<=", 1.0),
-         "b_service_cpu_ms_per_pair": ("<=", 0.2)}
-
-# The comparison with PgQueuer: per measure, the result each side's figure comes from
-COMPARED = {
-    "publish_single": {"raw": "a_raw_single_insert", "txmsg": "b_txmsg_send_commit",
-                       "pgqueuer": "p_pgqueuer_publish_single"},
-    "publish_batched": {"raw": "c_raw_batch_insert", "txmsg": "d_txmsg_batch_send_commit",
-                        "pgqueuer": "p_pgqueuer_publish_batched"},
-    "consume": {"txmsg": "g_receive_ack", "pgqueuer": "p_pgqueuer_consume"},
-}
 
 
 @dataclass(frozen=True)
@@ -139,12 +118,12 @@ def main(argv: list[str] | None = None) -> int:
         _phases(plan, admin, db, pgq_db, results)
     results["total_seconds"] = round(time.perf_counter() - t0, 1)
     results["load_average_at_end"] = machine.load_average()
-    results["pgqueuer_comparison"] = _comparison(results)
-    results["ratios"] = _ratios(results)
-    results["goals"] = _goals(results["ratios"])
+    results["pgqueuer_comparison"] = figures.comparison(results)
+    results["ratios"] = figures.ratios(results)
+    results["goals"] = figures.goals(results["ratios"])
     out_path.parent.mkdir(parents=True, exist_ok=True)
     out_path.write_text(json.dumps(results, indent=2, default=str))
-    _summary(results, out_path)
+    summary(results, out_path)
     return 1 if results["errors"] else 0
 
 
@@ -197,7 +176,7 @@ def _phases(plan: Plan, admin: str, db: str, pgq_db: str, results: dict[str, Any
             return None
         if isinstance(results[name], dict):
             results[name].setdefault("load_average", machine.load_average())
-        _log(f"   {_brief(results[name])} ({time.perf_counter() - t:.0f}s)")
+        _log(f"   {brief(results[name])} ({time.perf_counter() - t:.0f}s)")
         return results[name]
 
     try:
@@ -265,7 +244,8 @@ def _phases(plan: Plan, admin: str, db: str, pgq_db: str, results: dict[str, Any
     try:
         _throughput_rounds(plan, throughput, phase, results)
         if server is not None and pgq is not None:
-            phase("latency_by_concurrency", lambda: _sweep(plan, server, pgq_db))
+            phase("latency_by_concurrency", lambda: sweep.run(
+                server, pgq_db, plan.sweep_clients, plan.seconds, plan.warmup))
         if plan.pgqueuer_only:
             return
         if not (plan.subscriptions_only or plan.retention_only):
@@ -273,7 +253,7 @@ def _phases(plan: Plan, admin: str, db: str, pgq_db: str, results: dict[str, Any
         b = results.get("b_txmsg_send_commit")
         if server is not None and b and not plan.subscriptions_only:
             phase("e_commit_latency_half_peak",
-                  lambda: _paced_with_memory(server, n, 0.5 * b["per_second"],
+                  lambda: txmsg_load.paced_with_memory(server, n, 0.5 * b["per_second"],
                                              plan.paced_seconds))
         if server is not None and b and not plan.retention_only:
             phase("h_delivery_latency_half_peak", lambda: consume.delivery_latency(
@@ -282,7 +262,7 @@ def _phases(plan: Plan, admin: str, db: str, pgq_db: str, results: dict[str, Any
             phase("idle_long_polls", lambda: consume.idle_long_polls(
                 server, plan.idle_polls, plan.idle_seconds))
         if server is not None and not plan.subscriptions_only:
-            from bench import retention
+            from bench.phases import retention
 
             phase("retention_throughput", lambda: retention.throughput(
                 db, server, n, secs, warm, plan.retention_rounds, plan.batch_rows))
@@ -295,24 +275,23 @@ def _phases(plan: Plan, admin: str, db: str, pgq_db: str, results: dict[str, Any
                 running.stop()
     if plan.retention_only or plan.subscriptions_only or plan.pgqueuer_only:
         return
-    from bench import due_scan
+    from bench.phases import due_scan
 
     phase("f_due_scan", lambda: due_scan.run(db, plan.due_resolved, plan.due_pending,
                                              plan.due_repeats))
     if importlib.util.find_spec("checker.service") is not None:
-        from bench import checker_memory
+        from bench.phases import checker_memory
 
         phase("checker_memory", lambda: checker_memory.run(
             db, plan.checker_backlog, plan.checker_reference_backlog, plan.checker_seconds))
     else:
         results["checker_memory"] = {"pending": "checker.service is not there yet"}
-    if importlib.util.find_spec("bench.ingest") is not None:
-        from bench import ingest  # written by the ingestion side
+    from bench.phases import ingest
 
-        # it makes a database of its own on the same server
-        phase("ingest", lambda: ingest.run(
-            database_url=admin, rows=plan.ingest_rows, rounds=plan.ingest_rounds,
-            incremental=0 if plan.quick else 1_000, quick=plan.quick))
+    # it makes a database of its own on the same server
+    phase("ingest", lambda: ingest.run(
+        database_url=admin, rows=plan.ingest_rows, rounds=plan.ingest_rounds,
+        incremental=0 if plan.quick else 1_000, quick=plan.quick))
 
 
 def _throughput_rounds(plan: Plan, throughput: dict[str, tuple[str, Callable[[], Any]]],
@@ -335,256 +314,12 @@ def _throughput_rounds(plan: Plan, throughput: dict[str, tuple[str, Callable[[],
                                  if not k.startswith(name)}
 
 
-def _sweep(plan: Plan, server: Any, pgq_db: str) -> dict[str, Any]:
-    """Publishing one message at a time, txmsg (a send + commit pair) and PgQueuer (one
-    enqueue) in turn at each client count: throughput and each call's latency."""
-    out: dict[str, dict[str, Any]] = {"txmsg": {}, "pgqueuer": {}}
-    for clients in plan.sweep_clients:
-        runs = {"txmsg": txmsg_load.pairs(server, clients, plan.seconds, plan.warmup),
-                "pgqueuer": pgqueuer_load.run(pgq_db, "publish_single", clients, plan.seconds,
-                                              plan.warmup)}
-        for side, r in runs.items():
-            out[side][str(clients)] = {"per_second": r["per_second"], "errors": r["errors"],
-                                       "latency_ms": r["latency_ms"],
-                                       "load_average": machine.load_average()}
-    return out
-
-
-def _comparison(r: dict[str, Any]) -> dict[str, Any]:
-    """Per measure, each side's messages/s, the median rounds, and its CPU per 1,000
-    messages (client, service, PostgreSQL, and the whole machine's busy time)."""
-    batch = r["plan"]["batch_rows"]
-    out: dict[str, Any] = {}
-    for measure, sides in COMPARED.items():
-        row: dict[str, Any] = {}
-        for side, key in sides.items():
-            result = r.get(key)
-            if not isinstance(result, dict):
-                continue
-            per_unit_msgs = batch if key == "d_txmsg_batch_send_commit" else 1
-            cpu = result.get("cpu_ms_per_unit") or {}
-            row[side] = {
-                "messages_per_second": result.get("messages_per_second",
-                                                  result.get("per_second")),
-                "rounds": result.get("rounds", []),
-                "cpu_ms_per_1000_messages": {
-                    part: round(cpu[part] * 1000 / per_unit_msgs, 1)
-                    for part in ("clients", "service", "postgres", "machine") if part in cpu},
-                "load_average": result.get("load_average")}
-        if "txmsg" in row and "pgqueuer" in row:
-            row["txmsg_over_pgqueuer"] = _ratio(row["txmsg"]["messages_per_second"],
-                                                row["pgqueuer"]["messages_per_second"])
-        out[measure] = row
-    return out
-
-
-def _paced_with_memory(server: Any, clients: int, rate: float, seconds: float) -> dict[str, Any]:
-    with Sampler(server.pid, interval=min(1.0, max(0.1, seconds / 60))) as sampler:
-        result = txmsg_load.paced(server, clients, rate, seconds)
-    result["service_rss"] = summarise(sampler.samples, "rss")
-    result["service_pss"] = summarise(sampler.samples, "pss")
-    result["service_rss_samples"] = [(s["t"], s["rss"]) for s in sampler.samples]
-    return result
-
-
 def _service_settings() -> dict[str, Any]:
     from app.config import Settings
 
     s = Settings(database_url="postgresql+psycopg://unused/unused")
     return {k: getattr(s, k) for k in ("web_workers", "web_threads", "batch_max_size",
                                        "db_pool_size", "db_max_overflow")}
-
-
-def _get(results: dict[str, Any], *path: str) -> Any:
-    node: Any = results
-    for key in path:
-        if not isinstance(node, dict) or key not in node:
-            return None
-        node = node[key]
-    return node
-
-
-def _ratio(x: Any, y: Any) -> float | None:
-    return round(x / y, 3) if isinstance(x, int | float) and isinstance(y, int | float) and y \
-        else None
-
-
-def _ratios(r: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "b_over_a": _ratio(_get(r, "b_txmsg_send_commit", "per_second"),
-                           _get(r, "a_raw_single_insert", "per_second")),
-        "d_over_c": _ratio(_get(r, "d_txmsg_batch_send_commit", "messages_per_second"),
-                           _get(r, "c_raw_batch_insert", "per_second")),
-        "f_scan_ratio": _get(r, "f_due_scan", "ratio"),
-        "commit_p50_ms": _get(r, "e_commit_latency_half_peak", "commit_ms", "p50"),
-        "commit_p99_ms": _get(r, "e_commit_latency_half_peak", "commit_ms", "p99"),
-        "serve_rss_max_deviation": _get(r, "e_commit_latency_half_peak", "service_rss",
-                                        "max_deviation"),
-        "checker_peak_rss_large_over_reference": _get(r, "checker_memory", "peak_rss_ratio"),
-        # 1 - on/off: the share of (b) and (d) that checking tokens costs
-        "access_control_overhead_b": _overhead(
-            _get(r, "b_access_control_on", "per_second"),
-            _get(r, "b_txmsg_send_commit", "per_second")),
-        "access_control_overhead_d": _overhead(
-            _get(r, "d_access_control_on", "messages_per_second"),
-            _get(r, "d_txmsg_batch_send_commit", "messages_per_second")),
-        # on/off - 1 of the service's CPU per pair, which a loaded machine disturbs less
-        "access_control_service_cpu_overhead_b": _overhead(
-            _get(r, "b_txmsg_send_commit", "cpu_ms_per_unit", "service"),
-            _get(r, "b_access_control_on", "cpu_ms_per_unit", "service"), inverse=True),
-        "ingest_over_plain_spark": _get(r, "ingest", "ingest_over_plain_spark"),
-        "ingest_over_copy": _get(r, "ingest", "ingest_over_copy"),
-        "ingest_incremental_over_spark_start": _get(r, "ingest", "incremental",
-                                                    "over_spark_floor"),
-        "b_retention_on_over_off": _get(r, "retention_throughput", "b_on_over_off"),
-        "d_retention_on_over_off": _get(r, "retention_throughput", "d_on_over_off"),
-        "retention_drain_seconds": _get(r, "retention_drain", "emptied_seconds"),
-        "retention_drain_commit_max_ms": _get(r, "retention_drain", "commit_ms_max"),
-        "b_over_pgqueuer_single": _get(r, "pgqueuer_comparison", "publish_single",
-                                       "txmsg_over_pgqueuer"),
-        "d_over_pgqueuer_batched": _get(r, "pgqueuer_comparison", "publish_batched",
-                                        "txmsg_over_pgqueuer"),
-        "g_over_pgqueuer_consume": _get(r, "pgqueuer_comparison", "consume",
-                                        "txmsg_over_pgqueuer"),
-        "lone_pair_p50_ms": _round(_get(r, "l_one_client", "this tree", "send + commit",
-                                        "p50_ms")),
-        "lone_read_p50_ms": _round(_get(r, "l_one_client", "this tree", "read one", "p50_ms")),
-        "b_service_cpu_ms_per_pair": _get(r, "b_txmsg_send_commit", "cpu_ms_per_unit",
-                                          "service"),
-        "g_over_d": _ratio(_get(r, "g_receive_ack", "messages_per_second"),
-                           _get(r, "d_txmsg_batch_send_commit", "messages_per_second")),
-        "delivery_p50_ms": _get(r, "h_delivery_latency_half_peak", "delivery_ms", "p50"),
-        "delivery_p99_ms": _get(r, "h_delivery_latency_half_peak", "delivery_ms", "p99"),
-        "idle_polls_service_rss_delta_bytes": _get(r, "idle_long_polls", "rss_delta_bytes"),
-        "idle_polls_service_cpu_seconds_delta": _get(r, "idle_long_polls",
-                                                     "service_cpu_seconds_delta"),
-    }
-
-
-def _overhead(x: Any, y: Any, inverse: bool = False) -> float | None:
-    """1 - x/y: what a throughput x loses against y; ``inverse``: y/x - 1, what a cost y
-    adds to x."""
-    ratio = _ratio(y, x) if inverse else _ratio(x, y)
-    if ratio is None:
-        return None
-    return round(ratio - 1 if inverse else 1 - ratio, 3)
-
-
-def _goals(ratios: dict[str, Any]) -> dict[str, Any]:
-    out = {}
-    for name, (op, bound) in GOALS.items():
-        value = ratios.get(name)
-        met = None if value is None else (value >= bound if op == ">=" else value <= bound)
-        out[name] = {"goal": f"{op} {bound}", "value": value, "met": met}
-    return out
-
-
-def _brief(result: Any) -> str:
-    if not isinstance(result, dict):
-        return str(result)[:200]
-    keys = ("per_second", "messages_per_second", "achieved_rate", "commit_ms", "ratio",
-            "peak_rss_ratio", "pending", "b_on_over_off", "d_on_over_off", "emptied_seconds",
-            "commit_ms_worst_chunk_p99", "commit_ms_max", "ran_dry", "delivery_ms",
-            "rss_delta_bytes", "service_cpu_seconds_delta", "postgres_cpu_seconds_delta")
-    return ", ".join(f"{k}={result[k]}" for k in keys if k in result)[:300]
-
-
-def _summary(r: dict[str, Any], out_path: Path) -> None:
-    m = r["machine"]
-    print(f"\ntxmsg benchmark: {m['cores']} cores, {(m['ram_bytes'] or 0) / 2**30:.1f} GiB, "
-          f"{m['cpu_model']}, {m['postgresql']['version'].split(' on ')[0]}, "
-          f"{r['plan']['clients']} clients")
-    rows = [
-        ("(a) raw INSERT commits/s", _get(r, "a_raw_single_insert", "per_second")),
-        ("(b) txmsg send+commit pairs/s", _get(r, "b_txmsg_send_commit", "per_second")),
-        ("(c) raw 100-row INSERT rows/s", _get(r, "c_raw_batch_insert", "per_second")),
-        ("(d) txmsg 100-msg txns, msgs/s",
-         _get(r, "d_txmsg_batch_send_commit", "messages_per_second")),
-        ("(b) with access control on, pairs/s (overhead)",
-         (f"{_get(r, 'b_access_control_on', 'per_second')} "
-         f"({_get(r, 'ratios', 'access_control_overhead_b')}; service CPU per pair "
-         f"+{_get(r, 'ratios', 'access_control_service_cpu_overhead_b')})")),
-        ("(d) with access control on, msgs/s (overhead)",
-         (f"{_get(r, 'd_access_control_on', 'messages_per_second')} "
-         f"({_get(r, 'ratios', 'access_control_overhead_d')})")),
-        ("(e) commit p50 / p99 ms at half peak",
-         (f"{_get(r, 'e_commit_latency_half_peak', 'commit_ms', 'p50')} / "
-         f"{_get(r, 'e_commit_latency_half_peak', 'commit_ms', 'p99')}")),
-        ("(l) one client p50 ms: send / commit / read one",
-         " / ".join(str(_round(_get(r, "l_one_client", "this tree", route, "p50_ms")))
-                    for route in ("send", "commit", "read one"))),
-        ("(l) service CPU ms per request: send / commit / read",
-         " / ".join(str(_round(_get(r, "l_one_client", "this tree", route, "cpu_ms")))
-                    for route in ("send", "commit", "read one"))),
-        ("(l) floors p50 ms: INSERT+COMMIT / bare ASGI",
-         (f"{_round(_get(r, 'l_one_client', lone.FLOORS[0], 'INSERT + COMMIT', 'p50_ms'))} / "
-          f"{_round(_get(r, 'l_one_client', lone.FLOORS[1], 'bare ASGI answer', 'p50_ms'))} "
-          f"(bare ASGI CPU "
-          f"{_round(_get(r, 'l_one_client', lone.FLOORS[1], 'bare ASGI answer', 'cpu_ms'))})")),
-        ("retention: (b) / (d) on over off",
-         (f"{_get(r, 'retention_throughput', 'b_on_over_off')} / "
-          f"{_get(r, 'retention_throughput', 'd_on_over_off')}")),
-        ("retention: (b) / (d) median of each round's on over off",
-         (f"{_get(r, 'retention_throughput', 'b_paired_on_over_off')} / "
-          f"{_get(r, 'retention_throughput', 'd_paired_on_over_off')}")),
-        ("retention: expired rows emptied in s (commit max ms)",
-         (f"{_get(r, 'retention_drain', 'emptied_seconds')} "
-          f"({_get(r, 'retention_drain', 'commit_ms_max')})")),
-        ("(g) receive+ack msgs/s, 4 consumers (g/d)",
-         (f"{_get(r, 'g_receive_ack', 'messages_per_second')} "
-          f"({_get(r, 'ratios', 'g_over_d')})")),
-        ("(h) delivery p50 / p99 ms at half (b) peak",
-         (f"{_get(r, 'h_delivery_latency_half_peak', 'delivery_ms', 'p50')} / "
-          f"{_get(r, 'h_delivery_latency_half_peak', 'delivery_ms', 'p99')}")),
-        (f"{_get(r, 'idle_long_polls', 'polls')} idle long polls: service CPU s without / with",
-         (f"{_get(r, 'idle_long_polls', 'without', 'service_cpu_seconds')} / "
-          f"{_get(r, 'idle_long_polls', 'with', 'service_cpu_seconds')} in "
-          f"{_get(r, 'idle_long_polls', 'window_seconds')} s")),
-        ("idle long polls: service RSS MiB without / with",
-         (f"{_mib(_get(r, 'idle_long_polls', 'without', 'rss_max'))} / "
-          f"{_mib(_get(r, 'idle_long_polls', 'with', 'rss_max'))}")),
-        ("(f) due scan ms, pending only / with resolved",
-         (f"{_get(r, 'f_due_scan', 'pending_only', 'median_ms')} / "
-         f"{_get(r, 'f_due_scan', 'with_resolved', 'median_ms')}")),
-        ("ingest s: txmsg ingest / plain Spark / COPY",
-         (f"{_get(r, 'ingest', 'ingest_seconds')} / {_get(r, 'ingest', 'plain_spark_seconds')}"
-          f" / {_get(r, 'ingest', 'copy_seconds')}")),
-        ("ingest over plain Spark job / over COPY",
-         (f"{_get(r, 'ingest', 'ingest_over_plain_spark')} / "
-          f"{_get(r, 'ingest', 'ingest_over_copy')}")),
-        ("ingest 1,000 new rows / Spark start+stop, s",
-         (f"{_get(r, 'ingest', 'incremental', 'seconds')} / "
-          f"{_get(r, 'ingest', 'incremental', 'spark_floor_seconds')}")),
-    ]
-    partial = r["plan"]["subscriptions_only"] or r["plan"]["retention_only"] \
-        or r["plan"]["pgqueuer_only"]
-    for label, value in rows:
-        if partial and not re.search(r"\d", str(value)):
-            continue  # a phase this run leaves out
-        print(f"  {label:46s} {value}")
-    for measure, row in r.get("pgqueuer_comparison", {}).items():
-        for side in ("raw", "txmsg", "pgqueuer"):
-            if side in row:
-                cpu = row[side]["cpu_ms_per_1000_messages"]
-                print(f"  {measure + ' ' + side + ' msgs/s':46s} "
-                      f"{row[side]['messages_per_second']} (CPU ms per 1,000: "
-                      + ", ".join(f"{k} {v}" for k, v in cpu.items()) + ")")
-    for name, g in r["goals"].items():
-        if partial and g["met"] is None:
-            continue
-        mark = {True: "met", False: "MISSED", None: "n/a"}[g["met"]]
-        print(f"  {name:46s} {g['value']} (goal {g['goal']}): {mark}")
-    for name, err in r["errors"].items():
-        print(f"  ERROR in {name}: {err}")
-    print(f"  results: {out_path}")
-
-
-def _round(value: Any) -> float | None:
-    return round(value, 3) if isinstance(value, int | float) else None
-
-
-def _mib(value: Any) -> float | None:
-    return round(value / 2**20, 1) if isinstance(value, int | float) else None
 
 
 def _log(msg: str) -> None:

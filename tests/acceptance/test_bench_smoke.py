@@ -135,7 +135,7 @@ def test_quick_bench_reports_every_figure(pg_database: str, tmp_path: Path) -> N
         round(lone["this tree"]["send + commit"]["p50_ms"], 3)
     # and `make bench` draws them
     charts = tmp_path / "images"
-    drawn = subprocess.run([sys.executable, "-m", "bench.charts", "--results", str(out),
+    drawn = subprocess.run([sys.executable, "-m", "bench.report.charts", "--results", str(out),
                             "--out-dir", str(charts)], cwd=ROOT, capture_output=True,
                            text=True, timeout=120, check=False)
     assert drawn.returncode == 0, drawn.stderr[-3000:]

@@ -1,7 +1,7 @@
 """(b) send+commit pairs/s and (d) 100-message transactions, msgs/s: one `txmsg serve`,
 then two behind HAProxy (deploy/haproxy/haproxy.cfg), on one PostgreSQL database.
 
-    python -m bench.ha [--seconds 10] [--warmup 3]
+    python -m bench.phases.ha [--seconds 10] [--warmup 3]
 
 On a machine of few cores the second process mostly shows that nothing breaks: both
 share the same cores and the same database, whose commits are the bound.
@@ -18,11 +18,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.pgdb import bench_database
-from bench.service import Server, free_port, serve
-from bench.txmsg_load import pairs
+from bench.harness.pgdb import bench_database
+from bench.harness.service import Server, free_port, serve
+from bench.phases.txmsg_load import pairs
 
-HAPROXY_CONFIG = Path(__file__).resolve().parent.parent / "deploy" / "haproxy" / "haproxy.cfg"
+HAPROXY_CONFIG = Path(__file__).resolve().parents[2] / "deploy" / "haproxy" / "haproxy.cfg"
 
 
 @dataclass

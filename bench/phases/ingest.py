@@ -1,13 +1,12 @@
 """Benchmark: `txmsg ingest` against a plain Spark JDBC job and ``COPY``, on the same rows.
 
-N committed messages in 4 topics are generated in SQL, consistently with the schema
-(producer group, committed transactions with their op log rows, half messages,
-committed log, topic counters), in a database of their own on the PostgreSQL server,
+N committed messages in 4 topics are written through the service's own write path
+(``bench.harness.seed``), in a database of their own on the PostgreSQL server,
 dropped at the end. Then, in interleaved rounds (medians reported, since the machine's
 load drifts), each a process of its own as a user runs it:
 
 - ``txmsg ingest --output DIR`` into a fresh directory;
-- ``bench.plain_spark``: the same rows through Spark's JDBC source into Parquet by hand;
+- ``bench.phases.plain_spark``: the same rows through Spark's JDBC source into Parquet by hand;
 - ``COPY (SELECT * FROM committed_messages) TO STDOUT`` into this process.
 
 Wall time (Spark's start included), peak RSS of the process tree (Python and the JVM),
@@ -17,12 +16,13 @@ floor such a run is measured against, a fresh process that starts Spark (same se
 the plain job), counts ``spark.range(1)`` and stops, once with Spark's default JVM and once
 with the JVM options `txmsg ingest` gives a short run::
 
-    python -m bench.ingest [--rows 1000000] [--rounds 3] [--database-url postgresql://...]
+    python -m bench.phases.ingest [--rows 1000000] [--rounds 3] [--database-url postgresql://...]
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import os
 import re
@@ -32,75 +32,56 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import psycopg
 
-from bench.pgdb import bench_database, clean_env, libpq_url, txmsg_command
-from bench.procs import Sampler
+from app.domain.messages import MessageIn
+from bench.harness import seed
+from bench.harness.pgdb import bench_database, clean_env, libpq_url, txmsg_command
+from bench.harness.procs import Sampler
 from spark_outbox.dataset import OutputDir
 from spark_outbox.plan import TopicRange
 
 TOPICS = 4  # message g goes to topic (g-1) % TOPICS, at offset (g-1) // TOPICS: dense
 PER_TXN = 4  # messages per transaction
 PLAIN_PARTITIONS = 4
+GROUP = "bench"
 # for smoke runs: a JVM without the optimising compiler starts about twice as fast
 QUICK_JVM = {"JAVA_TOOL_OPTIONS": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"}
-
-GENERATE_GROUP = """
-INSERT INTO producer_group (name, check_urls, check_timeout_ms, created_at, updated_at)
-VALUES ('bench', '["http://127.0.0.1:9/check"]', 3000, now(), now())
-"""
-
-# messages first+1 .. first+rows (first a multiple of PER_TXN)
-GENERATE_ROWS = """
-INSERT INTO txn (id, producer_group, transaction_id, state, fingerprint, message_count,
-                 check_url, check_immunity_seconds, check_times, next_check_at, created_at,
-                 resolved_at)
-SELECT t, 'bench', 'tx-' || t, 'COMMITTED', md5(t::text),
-       LEAST({per_txn}, {last} - (t - 1) * {per_txn}),
-       NULL, 0, 0, now(), now() - interval '1 second', now()
-FROM generate_series({first} / {per_txn} + 1, ({last} + {per_txn} - 1) / {per_txn}) t;
-
-INSERT INTO op_log (txn_id, op, source, check_times, created_at)
-SELECT t, 'COMMIT', 'api', 0, now()
-FROM generate_series({first} / {per_txn} + 1, ({last} + {per_txn} - 1) / {per_txn}) t;
-
-INSERT INTO half_message (id, message_id, txn_id, seq, topic, tag, keys, properties, body,
-                          body_is_text, created_at)
-SELECT g, upper(md5(g::text)), (g - 1) / {per_txn} + 1, (g - 1) % {per_txn},
-       'bench-' || ((g - 1) % {topics}), CASE WHEN g % 2 = 0 THEN 'even' END,
-       '["k-' || g || '"]', '{{"n":"' || g || '"}}',
-       convert_to(repeat('message body ', 8) || g, 'UTF8'), g % 10 <> 0,
-       now() - interval '1 second'
-FROM generate_series({first} + 1, {last}) g;
-
-INSERT INTO message_log (topic, queue_offset, half_message_id, properties, committed_at)
-SELECT 'bench-' || ((g - 1) % {topics}), (g - 1) / {topics}, g, NULL, now()
-FROM generate_series({first} + 1, {last}) g;
-
-INSERT INTO topic_offset (topic, next_offset)
-SELECT 'bench-' || k, ({last} - k + {topics} - 1) / {topics}
-FROM generate_series(0, {topics} - 1) k
-ON CONFLICT (topic) DO UPDATE SET next_offset = EXCLUDED.next_offset;
-
-SELECT setval(pg_get_serial_sequence('txn', 'id'), ({last} + {per_txn} - 1) / {per_txn});
-SELECT setval(pg_get_serial_sequence('half_message', 'id'), {last});
-"""
 
 COPY = "COPY (SELECT * FROM committed_messages WHERE topic LIKE 'bench-%') TO STDOUT"
 
 
+def _txns(first: int, rows: int) -> Iterator[seed.Txn]:
+    """Messages ``first+1 .. first+rows`` (``first`` a multiple of PER_TXN), PER_TXN to a
+    transaction: message g on topic bench-((g-1) % TOPICS), so each topic's offsets are dense."""
+    for start in range(first + 1, first + rows + 1, PER_TXN):
+        numbers = range(start, min(start + PER_TXN, first + rows + 1))
+        yield seed.Txn(f"tx-{(start - 1) // PER_TXN + 1}", [_message(g) for g in numbers])
+
+
+def _message(g: int) -> MessageIn:
+    fields: dict[str, object] = {"topic": f"bench-{(g - 1) % TOPICS}", "keys": [f"k-{g}"],
+                                 "properties": {"n": str(g)}}
+    if g % 2 == 0:
+        fields["tag"] = "even"
+    body = f"{'message body ' * 8}{g}"
+    if g % 10 == 0:  # a binary body every tenth
+        return MessageIn.model_validate({**fields, "body_base64": _b64(body.encode())})
+    return seed.text(body=body, **fields)  # type: ignore[arg-type]
+
+
 def generate(url: str, rows: int, first: int = 0) -> float:
-    """Commit messages ``first+1 .. first+rows``; seconds taken."""
+    """Commit messages ``first+1 .. first+rows`` through the service's write path;
+    seconds taken."""
     started = time.perf_counter()
-    with psycopg.connect(libpq_url(url)) as conn:
+    with seed.engine_of(url) as engine:
         if first == 0:
-            conn.execute(GENERATE_GROUP)
-        conn.execute(GENERATE_ROWS.format(first=first, last=first + rows, per_txn=PER_TXN,
-                                          topics=TOPICS))
-        conn.commit()
+            seed.register(engine, GROUP, "http://127.0.0.1:9/check")
+        seed.write(engine, GROUP, _txns(first, rows))
     if first == 0:
         with psycopg.connect(libpq_url(url), autocommit=True) as conn:
             conn.execute("VACUUM ANALYZE")
@@ -155,8 +136,8 @@ def ingest_once(url: str, out: Path, **env: str) -> dict[str, Any]:
 
 
 def plain_once(url: str, out: Path, upper_bound: int, **env: str) -> dict[str, Any]:
-    """The hand-written Spark job of ``bench.plain_spark`` on the same rows."""
-    done = _timed([sys.executable, "-m", "bench.plain_spark", "--database-url", url,
+    """The hand-written Spark job of ``bench.phases.plain_spark`` on the same rows."""
+    done = _timed([sys.executable, "-m", "bench.phases.plain_spark", "--database-url", url,
                    "--output", str(out), "--upper-bound", str(upper_bound),
                    "--partitions", str(PLAIN_PARTITIONS)], clean_env(**env), "plain Spark job")
     timings = json.loads(done.pop("output").strip().splitlines()[-1])
@@ -176,11 +157,15 @@ def seed_checkpoint(url: str, lake: Path) -> None:
 def trivial_once(url: str, short_jvm: bool = False, **env: str) -> dict[str, Any]:
     """A fresh process: Spark's start, ``spark.range(1).count()``, stop (``short_jvm``:
     with the JVM options of a short `txmsg ingest` run)."""
-    done = _timed([sys.executable, "-m", "bench.plain_spark", "--database-url", url,
+    done = _timed([sys.executable, "-m", "bench.phases.plain_spark", "--database-url", url,
                    "--trivial", *(["--short-jvm"] if short_jvm else [])], clean_env(**env),
                   "Spark start+stop" + (", short-run JVM" if short_jvm else ""))
     timings = json.loads(done.pop("output").strip().splitlines()[-1])
     return {**done, "spark_startup_seconds": timings["startup_seconds"]}
+
+
+def _b64(raw: bytes) -> str:
+    return base64.b64encode(raw).decode()
 
 
 def _size(path: Path) -> int:

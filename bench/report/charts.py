@@ -1,4 +1,4 @@
-"""``python -m bench.charts``: the figures of bench/out/results.json as PNGs for the docs.
+"""``python -m bench.report.charts``: the figures of bench/out/results.json as PNGs for the docs.
 
   bench-throughput.png   messages/s per measure: raw PostgreSQL, txmsg, PgQueuer (the
                          median round as a bar, every round as a dot)
@@ -18,9 +18,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from bench.run import OUT
+from bench.report.figures import OUT
 
-DOCS_IMAGES = Path(__file__).resolve().parents[1] / "docs" / "images"
+DOCS_IMAGES = Path(__file__).resolve().parents[2] / "docs" / "images"
 SIDES = {"raw": ("raw PostgreSQL", "#999999"), "txmsg": ("txmsg", "#1f77b4"),
          "pgqueuer": ("PgQueuer", "#ff7f0e")}
 MEASURES = {"publish_single": "publish one at a time", "publish_batched": "publish 100 at a time",
@@ -148,7 +148,7 @@ def _latency(results: dict[str, Any], path: Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.charts", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m bench.report.charts", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--results", type=Path, default=OUT)
     p.add_argument("--out-dir", type=Path, default=DOCS_IMAGES)

@@ -11,11 +11,11 @@ counts and the same 1 KiB body as txmsg's producers:
                    that counts its jobs, ``run(batch_size=batch)``, over a backlog made
                    beforehand (topped up to ``backlog`` queued jobs before each run)
 
-Each run is a subprocess (``python -m bench.pgqueuer_load``) that prints its result as
+Each run is a subprocess (``python -m bench.phases.pgqueuer_load``) that prints its result as
 JSON: its own CPU is then the client's alone, measured as the CPU of this process, and
 asyncio's loop does not share a process with the benchmark's threads. PostgreSQL's CPU
 is that of the database's backends and the server's shared processes
-(``bench.procs.postgres_pids``), as on the txmsg side; PgQueuer has no service.
+(``bench.harness.procs.postgres_pids``), as on the txmsg side; PgQueuer has no service.
 """
 
 from __future__ import annotations
@@ -30,10 +30,10 @@ from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Any
 
-from bench.load import per_unit, percentiles
-from bench.machine import load_average
-from bench.pgdb import database_name, libpq_url
-from bench.procs import CpuProbe
+from bench.harness.load import per_unit, percentiles
+from bench.harness.machine import load_average
+from bench.harness.pgdb import database_name, libpq_url
+from bench.harness.procs import CpuProbe
 
 ENTRYPOINT = "bench"
 BODY = b"x" * 1024
@@ -63,7 +63,7 @@ def run(database_url: str, measure: str, clients: int, seconds: float, warmup: f
         batch: int = 100, backlog: int = 0, timeout: float = 600) -> dict[str, Any]:
     """One measured run in a subprocess; its result (``messages_per_second``, CPU per
     message for ``clients`` and ``postgres``, latency percentiles per call)."""
-    argv = [sys.executable, "-m", "bench.pgqueuer_load", measure, "--url", database_url,
+    argv = [sys.executable, "-m", "bench.phases.pgqueuer_load", measure, "--url", database_url,
             "--clients", str(clients), "--seconds", str(seconds), "--warmup", str(warmup),
             "--batch", str(batch), "--backlog", str(backlog)]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
@@ -81,7 +81,7 @@ async def _connect(url: str) -> Any:
 
 async def _closed_loop(clients: int, make_op: Callable[[int], Awaitable[Callable[[], Any]]],
                        seconds: float, warmup: float, probe: CpuProbe) -> dict[str, Any]:
-    """``bench.load.closed_loop`` on asyncio: units per second over ``seconds`` after
+    """``bench.harness.load.closed_loop`` on asyncio: units per second over ``seconds`` after
     ``warmup``, CPU per unit, and each call's latency in the measured window."""
     ops = [await make_op(i) for i in range(clients)]
     counts = [0] * clients
@@ -252,7 +252,7 @@ def _measure(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.pgqueuer_load", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m bench.phases.pgqueuer_load", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("measure", choices=MEASURES)
     p.add_argument("--url", required=True, help="the database PgQueuer is installed in")

@@ -12,8 +12,8 @@ import time
 from pathlib import Path
 from typing import Self
 
-from bench.pgdb import clean_env, database_name, txmsg_command
-from bench.procs import tree
+from bench.harness.pgdb import clean_env, database_name, txmsg_command
+from bench.harness.procs import tree
 
 
 def free_port() -> int:
@@ -106,7 +106,7 @@ BENCH_ADMIN_TOKEN = "bench-admin-token-0123456789abcdef"
 def serve_with_access_control(database_url: str, **settings: object) -> Server:
     """``serve`` with TXMSG_ADMIN_TOKEN set; the producers use a ``produce:<group>`` token
     (checked through the token cache, as a real producer's would be, not the admin one)."""
-    from bench.client import GROUP, make_token
+    from bench.harness.client import GROUP, make_token
 
     server = serve(database_url, admin_token=BENCH_ADMIN_TOKEN, **settings)
     server.admin_token = BENCH_ADMIN_TOKEN

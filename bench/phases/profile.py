@@ -1,4 +1,4 @@
-"""Profile the serve worker under the (b) load with py-spy: ``python -m bench.profile``.
+"""Profile the serve worker under the (b) load with py-spy: ``python -m bench.phases.profile``.
 
 Needs ``pip install py-spy`` (not a dependency of txmsg). Writes collapsed stacks to
 bench/out/profile-<pid>.txt and prints the hottest functions (self and inclusive time).
@@ -14,12 +14,12 @@ import sys
 import threading
 from pathlib import Path
 
-from bench import txmsg_load
-from bench.pgdb import bench_database
-from bench.procs import tree
-from bench.service import serve
+from bench.harness.pgdb import bench_database
+from bench.harness.procs import tree
+from bench.harness.service import serve
+from bench.phases import txmsg_load
 
-OUT = Path(__file__).resolve().parent / "out"
+OUT = Path(__file__).resolve().parents[1] / "out"
 
 
 def main() -> None:

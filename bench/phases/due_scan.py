@@ -1,7 +1,7 @@
 """(f) The checker's due scan with a large resolved history against a small backlog alone.
 
-Rows are generated in the database (INSERT ... SELECT generate_series), one half message
-per transaction. The scan is the check service's own claim query
+Rows are written through the service's own write path (``bench.harness.seed``), one half
+message per transaction. The scan is the check service's own claim query
 (``app.storage.checks.lock_due``) run in a transaction that is rolled back, so every
 repetition sees the same rows; until that module exists, the equivalent SELECT on the
 partial index ``ix_txn_due``.
@@ -11,49 +11,45 @@ from __future__ import annotations
 
 import statistics
 import time
-from datetime import UTC, datetime
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import orjson
 import psycopg
 from sqlalchemy import Connection, create_engine, literal_column, select
 
 from app.storage.schema import txn
-from bench.pgdb import libpq_url, truncate_all
+from app.vocabulary import Op
+from bench.harness import seed
+from bench.harness.pgdb import libpq_url, truncate_all
 
 CLAIM_LIMIT = 200
+_OPS = {"COMMITTED": "COMMIT", "ROLLED_BACK": "ROLLBACK"}
 
-_GENERATE = """
-WITH t AS (
-    INSERT INTO txn (producer_group, transaction_id, state, fingerprint, message_count,
-                     check_url, check_immunity_seconds, check_times, next_check_at,
-                     created_at, resolved_at)
-    SELECT 'bench', %(prefix)s::text || g, %(state)s::text, md5(g::text) || md5(g::text), 1, NULL, 0,
-           0, now() - interval '1 hour' + (g %% 3600) * interval '1 second',
-           now() - interval '2 hours',
-           CASE WHEN %(state)s::text = 'PREPARED' THEN NULL ELSE now() - interval '1 hour' END
-    FROM generate_series(1, %(n)s) AS g
-    RETURNING id
-)
-INSERT INTO half_message (message_id, txn_id, seq, topic, tag, keys, properties, body,
-                          body_is_text, created_at)
-SELECT md5(%(prefix)s::text || t.id), t.id, 0, 'bench', NULL, '[]', '{}',
-       convert_to(repeat('x', 100), 'UTF8'), true, now() - interval '2 hours'
-FROM t
-"""
+GROUP = "bench"
+
+
+def _txns(state: str, n: int, prefix: str) -> Iterator[seed.Txn]:
+    """Sent two hours ago, due for a check over the last hour; resolved an hour ago
+    unless PREPARED."""
+    now = datetime.now(UTC)
+    sent, resolved = now - timedelta(hours=2), now - timedelta(hours=1)
+    op = None if state == "PREPARED" else Op(_OPS[state])
+    body = "x" * 100
+    for g in range(1, n + 1):
+        yield seed.Txn(f"{prefix}{g}", [seed.text("bench", body)], sent_at=sent,
+                       first_check_delay=3600 + g % 3600, op=op, resolved_at=resolved)
 
 
 def generate(url: str, state: str, n: int, prefix: str,
              check_url: str = "http://127.0.0.1:9/bench-check") -> float:
-    """Insert ``n`` transactions of group "bench" in ``state``, one message each, all due
+    """Store ``n`` transactions of group "bench" in ``state``, one message each, all due
     for a check; register the group with ``check_url``. Seconds taken."""
     t0 = time.perf_counter()
+    with seed.engine_of(url) as engine:
+        seed.register(engine, GROUP, check_url, timeout_ms=1000)
+        seed.write(engine, GROUP, _txns(state, n, prefix))
     with psycopg.connect(libpq_url(url), autocommit=True) as conn:
-        conn.execute("INSERT INTO producer_group (name, check_urls, check_timeout_ms, "
-                     "created_at, updated_at) VALUES ('bench', %s, 1000, now(), now()) "
-                     "ON CONFLICT (name) DO UPDATE SET check_urls = excluded.check_urls",
-                     [orjson.dumps([check_url]).decode()])
-        conn.execute(_GENERATE, {"prefix": prefix, "state": state, "n": n})
         conn.execute("VACUUM ANALYZE txn")
         conn.execute("VACUUM ANALYZE half_message")
     return time.perf_counter() - t0

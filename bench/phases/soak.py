@@ -17,10 +17,10 @@ from typing import Any
 
 import psycopg
 
-from bench import txmsg_load
-from bench.pgdb import admin_url, bench_database, libpq_url
-from bench.procs import memory
-from bench.service import serve
+from bench.harness.pgdb import admin_url, bench_database, libpq_url
+from bench.harness.procs import memory
+from bench.harness.service import serve
+from bench.phases import txmsg_load
 
 TABLES = ("txn", "half_message", "op_log", "check_log", "message_log", "retention_pending")
 
@@ -34,7 +34,7 @@ def snapshot(db: str) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.soak", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m bench.phases.soak", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--minutes", type=float, default=10.0)
     p.add_argument("--retention-seconds", type=int, default=60)

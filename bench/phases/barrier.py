@@ -1,6 +1,6 @@
 """The SDK's barrier: local transaction + message pairs per second, with and without it.
 
-    python -m bench.barrier [--seconds 8] [--rounds 2]
+    python -m bench.phases.barrier [--seconds 8] [--rounds 2]
 
 Against a real ``txmsg serve`` on a PostgreSQL database of its own, the producer's own
 database a second PostgreSQL database on the same server. Each pair is a send, a database
@@ -28,8 +28,8 @@ from sqlalchemy import Column, Integer, MetaData, String, Table, create_engine
 from txmsg_client import Producer, message
 from txmsg_client.barrier import Barrier
 
-from bench.pgdb import admin_url, bench_database, libpq_url, sqlalchemy_url
-from bench.service import serve
+from bench.harness.pgdb import admin_url, bench_database, libpq_url, sqlalchemy_url
+from bench.harness.service import serve
 
 metadata = MetaData()
 orders = Table("bench_orders", metadata, Column("id", Integer, primary_key=True),

@@ -14,9 +14,9 @@ from typing import Any
 
 import psycopg
 
-from bench.load import closed_loop
-from bench.pgdb import database_name, libpq_url
-from bench.procs import CpuProbe
+from bench.harness.load import closed_loop
+from bench.harness.pgdb import database_name, libpq_url
+from bench.harness.procs import CpuProbe
 
 BODY = b"x" * 1024
 DDL = """
@@ -89,8 +89,8 @@ def _inserts(url: str, clients: int, seconds: float, warmup: float,
             c.close()
         _drop(url)
 
-if __name__ == "__main__":  # a quick look: python -m bench.raw
-    from bench.pgdb import bench_database
+if __name__ == "__main__":  # a quick look: python -m bench.phases.raw
+    from bench.harness.pgdb import bench_database
 
     n = int(os.environ.get("CLIENTS", "32"))
     with bench_database() as db:

@@ -22,11 +22,11 @@ from typing import Any
 import orjson
 import psycopg
 
-from bench.client import Consumer, Producer, register
-from bench.load import closed_loop, open_loop, percentiles
-from bench.pgdb import libpq_url
-from bench.procs import CpuProbe, cpu_seconds, memory, postgres_pids, tree
-from bench.service import Server
+from bench.harness.client import Consumer, Producer, register
+from bench.harness.load import closed_loop, open_loop, percentiles
+from bench.harness.pgdb import libpq_url
+from bench.harness.procs import CpuProbe, cpu_seconds, memory, postgres_pids, tree
+from bench.harness.service import Server
 
 CONSUME_TOPIC = "bench-consume"
 LATENCY_TOPIC = "bench-latency"

@@ -1,4 +1,4 @@
-"""What OpenTelemetry tracing costs a send + commit pair (``python -m bench.tracing``).
+"""What OpenTelemetry tracing costs a send + commit pair (``python -m bench.phases.tracing``).
 
 Two ``txmsg serve`` on one fresh PostgreSQL database: one without OTEL_* settings
 (tracing off), one exporting its spans over OTLP/HTTP to a local sink (a thread of this
@@ -23,11 +23,11 @@ from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from bench.client import Producer, register
-from bench.load import closed_loop
-from bench.pgdb import bench_database
-from bench.procs import CpuProbe
-from bench.service import Server, serve
+from bench.harness.client import Producer, register
+from bench.harness.load import closed_loop
+from bench.harness.pgdb import bench_database
+from bench.harness.procs import CpuProbe
+from bench.harness.service import Server, serve
 
 TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 
@@ -107,7 +107,7 @@ def _round(server: Server, clients: int, seconds: float, warmup: float) -> dict[
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.tracing", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m bench.phases.tracing", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rounds", type=int, default=4, help="rounds per mode and client count")
     p.add_argument("--seconds", type=float, default=8.0)

@@ -6,10 +6,10 @@ connection sends, commits and reads one message at a time: each request's latenc
 time over the phase, divided by its requests). A lone request must not wait for a batch
 to form; the writers' mean batch size over the run (from /metrics) shows whether any did.
 Beside them, in the same rounds, the floors: PostgreSQL alone from psycopg (a durable
-one-row INSERT, a SELECT by key) and Granian alone (``bench.bare_asgi``: an ASGI app that
+one-row INSERT, a SELECT by key) and Granian alone (``bench.harness.bare_asgi``: an ASGI app that
 answers at once, its latency and CPU per request).
 
-    python -m bench.lone [--requests 2000] [--rounds 3] [--tree DIR ...]
+    python -m bench.phases.lone [--requests 2000] [--rounds 3] [--tree DIR ...]
 
 ``--tree`` runs the server from another source tree (a checkout of main, say) by putting
 it first on the server's PYTHONPATH; with several, the rounds interleave them, so that
@@ -29,11 +29,11 @@ from typing import Any
 
 import psycopg
 
-from bench.bare_asgi import serve_bare
-from bench.client import GROUP, TOPIC, Connection, Producer, batch_stats, register
-from bench.pgdb import bench_database, libpq_url, truncate_all
-from bench.procs import cpu_seconds, tree
-from bench.service import Server, serve
+from bench.harness.bare_asgi import serve_bare
+from bench.harness.client import GROUP, TOPIC, Connection, Producer, batch_stats, register
+from bench.harness.pgdb import bench_database, libpq_url, truncate_all
+from bench.harness.procs import cpu_seconds, tree
+from bench.harness.service import Server, serve
 
 WARMUP = 200
 
@@ -87,7 +87,7 @@ def floors(url: str, n: int) -> dict[str, dict[str, float]]:
 
 def http_floor(n: int) -> dict[str, dict[str, float]]:
     """The web server's own floor for one client: a bare ASGI app's answer
-    (``bench.bare_asgi``), its latency and the server's CPU per request."""
+    (``bench.harness.bare_asgi``), its latency and the server's CPU per request."""
     server = serve_bare()
     try:
         client = Reader(server.port)

@@ -14,9 +14,9 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Self
 
-from bench.due_scan import generate
-from bench.pgdb import clean_env, truncate_all, txmsg_command
-from bench.procs import Sampler
+from bench.harness.pgdb import clean_env, truncate_all, txmsg_command
+from bench.harness.procs import Sampler
+from bench.phases.due_scan import generate
 
 
 class _Callback(BaseHTTPRequestHandler):

@@ -1,6 +1,6 @@
 """What the request telemetry costs one hot-route request, in CPU microseconds.
 
-``python -m bench.telemetry`` runs ``app.api.telemetry`` as the ASGI front does for a
+``python -m bench.phases.telemetry`` runs ``app.api.telemetry`` as the ASGI front does for a
 commit (an id made, the duration histogram observed in a multiprocess directory, as under
 ``txmsg serve``), with its access line at DEBUG (off: what the hot routes' successes do)
 and at INFO in each format, written to /dev/null through txmsg's own logging

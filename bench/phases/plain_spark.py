@@ -5,7 +5,7 @@ into ``--partitions`` strides, ``fetchsize`` 10000, written with
 ``partitionBy("topic")``: no checkpoint, no parsing of keys and properties (they stay
 JSON text), no verification, Spark's default settings. Prints its timings as JSON::
 
-    python -m bench.plain_spark --database-url URL --output DIR --upper-bound N
+    python -m bench.phases.plain_spark --database-url URL --output DIR --upper-bound N
 
 ``--trivial``: only Spark's start, ``spark.range(1).count()`` and stop, as the floor an
 incremental run is compared with; ``--short-jvm``: with the JVM options `txmsg ingest`

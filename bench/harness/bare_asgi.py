@@ -1,7 +1,7 @@
 """The least a request costs on this server: an ASGI app answering every request with one
 small JSON body, served by Granian as ``txmsg serve`` serves (one worker, asyncio).
 
-``python -m bench.lone`` times it beside txmsg's routes: no route of txmsg can answer
+``python -m bench.phases.lone`` times it beside txmsg's routes: no route of txmsg can answer
 faster, or with less of the service's CPU, than this.
 """
 
@@ -10,8 +10,8 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from bench.pgdb import clean_env
-from bench.service import Server, free_port
+from bench.harness.pgdb import clean_env
+from bench.harness.service import Server, free_port
 
 _BODY = b'{"status":"ok"}'
 _HEADERS = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(_BODY))]
@@ -31,5 +31,5 @@ def serve_bare() -> Server:
     """This app under Granian on a free port (ready once ``/readyz`` answers 200)."""
     port = free_port()
     argv = [sys.executable, "-m", "granian", "--interface", "asgi", "--workers", "1",
-            "--no-ws", "--log-level", "warning", "--port", str(port), "bench.bare_asgi:app"]
+            "--no-ws", "--log-level", "warning", "--port", str(port), "bench.harness.bare_asgi:app"]
     return Server(argv, clean_env(), port, "bare-asgi")

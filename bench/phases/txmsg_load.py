@@ -5,10 +5,10 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from bench.client import Producer, batch_stats, register
-from bench.load import closed_loop, open_loop
-from bench.procs import CpuProbe
-from bench.service import Server
+from bench.harness.client import Producer, batch_stats, register
+from bench.harness.load import closed_loop, open_loop
+from bench.harness.procs import CpuProbe, Sampler, summarise
+from bench.harness.service import Server
 
 
 def _producers(server: Server, messages: int, made: list[Producer]):  # type: ignore[no-untyped-def]
@@ -51,6 +51,17 @@ def paced(server: Server, clients: int, rate: float, seconds: float) -> dict[str
     for p in made:
         p.close()
     result["group_commit"] = _delta(before, batch_stats(server.get("/metrics")))
+    return result
+
+
+def paced_with_memory(server: Server, clients: int, rate: float,
+                      seconds: float) -> dict[str, Any]:
+    """(e): ``paced``, with the service's memory sampled throughout."""
+    with Sampler(server.pid, interval=min(1.0, max(0.1, seconds / 60))) as sampler:
+        result = paced(server, clients, rate, seconds)
+    result["service_rss"] = summarise(sampler.samples, "rss")
+    result["service_pss"] = summarise(sampler.samples, "pss")
+    result["service_rss_samples"] = [(s["t"], s["rss"]) for s in sampler.samples]
     return result
 
 

@@ -4,8 +4,8 @@
   (a year: nothing expires) and on (a few seconds: the job deletes as fast as the load
   writes, and vacuums), in interleaved rounds, each run from empty tables; medians and
   the on/off ratios.
-- ``drain``: a table holding many expired rows (built with ``generate_series``, not over
-  HTTP) emptied by the retention job while a paced send + commit load runs: the time it
+- ``drain``: a table holding many expired rows (written in-process through the service's
+  write path, ``bench.harness.seed``, not over HTTP) emptied by the retention job while a paced send + commit load runs: the time it
   takes and the commit latency meanwhile, against the same load before the job starts.
 """
 
@@ -15,13 +15,15 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
 
-from bench import txmsg_load
-from bench.pgdb import clean_env, libpq_url, truncate_all, txmsg_command
-from bench.service import Server
+from bench.harness import seed
+from bench.harness.pgdb import clean_env, libpq_url, truncate_all, txmsg_command
+from bench.harness.service import Server
+from bench.phases import txmsg_load
 
 EXPIRED_GROUP = "bench-expired"
 EXPIRED_TOPIC = "bench-expired"
@@ -95,36 +97,20 @@ def throughput(db: str, server: Server, clients: int, seconds: float, warmup: fl
 
 
 def build_expired(db: str, rows: int) -> dict[str, Any]:
-    """``rows`` committed messages committed 30 days ago, in transactions of
-    MESSAGES_PER_TXN, with their half messages and op records: all past retention."""
+    """``rows`` messages committed 30 days ago, in transactions of MESSAGES_PER_TXN,
+    through the service's write path: all past retention."""
     txns = max(1, rows // MESSAGES_PER_TXN)
     started = time.monotonic()
+    old = datetime.now(UTC) - timedelta(days=30)
+    body = "x" * 100
+    with seed.engine_of(db) as engine:
+        seed.register(engine, EXPIRED_GROUP, "http://127.0.0.1:9/check", at=old)
+        seed.write(engine, EXPIRED_GROUP, (
+            seed.Txn(f"x-{g}", [seed.text(EXPIRED_TOPIC, body)] * MESSAGES_PER_TXN,
+                     sent_at=old, resolved_at=old)
+            for g in range(1, txns + 1)))
     with psycopg.connect(libpq_url(db), autocommit=True) as conn:
         conn.execute("SET statement_timeout = 0")
-        conn.execute(
-            "INSERT INTO txn (producer_group, transaction_id, state, fingerprint, message_count,"
-            " check_immunity_seconds, check_times, next_check_at, created_at, resolved_at)"
-            " SELECT %s, 'x-' || g, 'COMMITTED', 'f', %s, 0, 0, t, t, t"
-            " FROM generate_series(1, %s) g, (SELECT now() - interval '30 days' AS t) old",
-            (EXPIRED_GROUP, MESSAGES_PER_TXN, txns))
-        conn.execute(
-            "INSERT INTO half_message (message_id, txn_id, seq, topic, tag, keys, properties,"
-            " body, body_is_text, created_at)"
-            " SELECT md5(t.id || '-' || s), t.id, s, %s, NULL, '[]', '{}',"
-            " convert_to(repeat('x', 100), 'UTF8'), true, t.created_at"
-            " FROM txn t CROSS JOIN generate_series(0, %s) s WHERE t.producer_group = %s",
-            (EXPIRED_TOPIC, MESSAGES_PER_TXN - 1, EXPIRED_GROUP))
-        conn.execute(
-            "INSERT INTO message_log (topic, queue_offset, half_message_id, properties,"
-            " committed_at)"
-            " SELECT %s, row_number() OVER (ORDER BY h.id) - 1, h.id, NULL, h.created_at"
-            " FROM half_message h WHERE h.topic = %s", (EXPIRED_TOPIC, EXPIRED_TOPIC))
-        conn.execute(
-            "INSERT INTO op_log (txn_id, op, source, check_times, created_at)"
-            " SELECT id, 'COMMIT', 'api', 0, resolved_at FROM txn WHERE producer_group = %s",
-            (EXPIRED_GROUP,))
-        conn.execute("INSERT INTO topic_offset (topic, next_offset) VALUES (%s, %s)",
-                     (EXPIRED_TOPIC, txns * MESSAGES_PER_TXN))
         conn.execute("VACUUM ANALYZE")
         size = conn.execute("SELECT pg_total_relation_size('message_log')"
                             " + pg_total_relation_size('half_message')"
