@@ -9,7 +9,7 @@
   answer to its row being readable in the lake (a reader polls the dataset's new files);
 - memory: the follow's process tree RSS (Python and the JVM) sampled while it runs.
 
-    python -m bench.streaming [--rows 1000000] [--rounds 2] [--rate 500] [--seconds 60]
+    python -m bench.phases.streaming [--rows 1000000] [--rounds 2] [--rate 500] [--seconds 60]
 """
 
 from __future__ import annotations
@@ -30,9 +30,9 @@ from typing import Any
 import pyarrow.parquet as pq
 import requests
 
-from bench.ingest import generate, ingest_once
-from bench.pgdb import bench_database, clean_env, libpq_url, txmsg_command
-from bench.procs import Sampler
+from bench.harness.pgdb import bench_database, clean_env, libpq_url, txmsg_command
+from bench.harness.procs import Sampler
+from bench.phases.ingest import generate, ingest_once
 
 STREAM_SCRIPT = """
 import sys
@@ -110,8 +110,8 @@ def freshness(url: str, database_url: str, rate: int, seconds: float,
                      json={"check_urls": ["http://127.0.0.1:9/check"]}, timeout=10)
         follow = subprocess.Popen([*txmsg_command(), "ingest", "--output", str(lake), "--follow",
                                    "--interval", "1", "--topics", "fresh"],
-                                  env=serve_env, stdout=subprocess.DEVNULL,
-                                  stderr=subprocess.DEVNULL, start_new_session=True)
+                                  env=serve_env, stdout=open(Path(tmp) / "follow.log", "w"),
+                                  stderr=subprocess.STDOUT, start_new_session=True)
         committed: dict[int, float] = {}
         seen: dict[int, float] = {}
         rss: list[tuple[float, int]] = []
@@ -145,13 +145,13 @@ def freshness(url: str, database_url: str, rate: int, seconds: float,
             known: set[str] = set()
             while not stop.is_set():
                 for f in lake.rglob("*.parquet"):
-                    if f.name in known or not _final(f):
+                    if str(f) in known or not _final(f):
                         continue
                     try:
                         offsets = pq.read_table(f, columns=["offset"]).column("offset")
                     except Exception:  # noqa: BLE001 - a file being written: next look
                         continue
-                    known.add(f.name)
+                    known.add(str(f))
                     now = time.monotonic()
                     for o in offsets.to_pylist():
                         seen.setdefault(o, now)
@@ -165,7 +165,12 @@ def freshness(url: str, database_url: str, rate: int, seconds: float,
                 p.start()
             while any(p.is_alive() for p in producers):
                 time.sleep(1)
-            _wait(lambda: set(committed) <= set(seen), 60)
+            try:
+                _wait(lambda: set(committed) <= set(seen), 60)
+            except TimeoutError:
+                print("missing", len(set(committed) - set(seen)), "of", len(committed),
+                      "follow:", follow.poll(), (Path(tmp) / "follow.log").read_text()[-3000:])
+                raise
             stop.set()
             reader.join()
             rss = [(x["t"], round(x["rss"] / 2**20)) for x in sampler.samples]
