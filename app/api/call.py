@@ -24,6 +24,7 @@ from urllib.parse import parse_qsl
 from app.domain.access import Principal
 from app.domain.limits import DEFAULT_PAGE_LIMIT, MAX_INT64, MAX_PAGE_LIMIT
 from app.errors import InvalidRequest
+from app.problems import ProblemCode
 
 if TYPE_CHECKING:
     from app.state import AppState
@@ -76,7 +77,8 @@ class Call:
         if value is None or value < lo or value > hi:
             bounds = f"{lo}..{hi}" if hi != MAX_INT64 else f">= {lo}"
             raise InvalidRequest(f"query parameter {name} must be an integer {bounds}, got "
-                                 f"{raw!r}", code="invalid_query_parameter", parameter=name)
+                                 f"{raw!r}",
+                                 code=ProblemCode.INVALID_QUERY_PARAMETER, parameter=name)
         return value
 
     def limit_arg(self) -> int:

@@ -25,11 +25,12 @@ from pydantic.json_schema import GenerateJsonSchema, JsonSchemaMode
 from app.api.access import BEARER
 from app.api.bodies import SMALL_BODY_BYTES
 from app.api.http import PROBLEM_MEDIA_TYPE
-from app.api.routes import ROUTES, Route
+from app.api.routes import ROUTES, Noted, Route
 from app.api.schemas import CheckRequest, CheckResponse, Problem
 from app.domain.limits import DEFAULT_PAGE_LIMIT, MAX_INT64, MAX_PAGE_LIMIT
 from app.domain.names import DISCARD_TOPIC, GroupName, Name, TransactionId
 from app.domain.tokens import TokenId
+from app.problems import ProblemCode
 from app.vocabulary import State
 
 Schema = dict[str, Any]
@@ -148,7 +149,8 @@ class _Builder:
         for status, codes in route.problems.items():
             text = (_SEND_TOO_LARGE if status == "413" and route.carries_messages
                     else _ERROR_DESCRIPTIONS[status])
-            responses[status] = self.problem(f"{text} Codes: {codes}." if codes else text)
+            responses[status] = self.problem(f"{text} Codes: {_codes(codes)}." if codes
+                                             else text)
         op: dict[str, Any] = {"operationId": route.name, "tags": [route.tag],
                               "summary": route.summary, "responses": responses}
         if route.parameters:
@@ -311,6 +313,10 @@ class _Builder:
         }
         doc["components"]["schemas"] = self.components.generate()
         return doc
+
+
+def _codes(codes: tuple[ProblemCode | Noted, ...]) -> str:
+    return ", ".join(f"{c.code} ({c.note})" if isinstance(c, Noted) else c for c in codes)
 
 
 def _parameter_refs(*names: str) -> list[dict[str, str]]:

@@ -17,6 +17,7 @@ from app.domain import subscriptions as subs
 from app.domain.access import CONSUME
 from app.domain.messages import parse_body
 from app.domain.names import check_name, check_readable_topic
+from app.problems import ProblemCode
 
 
 def _names(call: Call) -> tuple[str, str]:
@@ -57,7 +58,7 @@ def list_subscriptions(call: Call) -> Answer:
     after = call.query.get("after")
     if after is not None:
         check_name("query parameter after (a subscription name)", after,
-                   code="invalid_query_parameter", parameter="after")
+                   code=ProblemCode.INVALID_QUERY_PARAMETER, parameter="after")
     return 200, call.state.subscriptions.list(topic, after or "", call.limit_arg())
 
 

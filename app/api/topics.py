@@ -8,6 +8,7 @@ from app.domain import reads, retention
 from app.domain.access import CONSUME, names_allowed
 from app.domain.messages import parse_topic_retention
 from app.domain.names import check_message_id, check_name, check_readable_topic
+from app.problems import ProblemCode
 
 
 def list_topics(call: Call) -> Answer:
@@ -15,7 +16,7 @@ def list_topics(call: Call) -> Answer:
     after = call.query.get("after")
     if after is not None:
         check_name("query parameter after (a topic name)", after,
-                   code="invalid_query_parameter", parameter="after")
+                   code=ProblemCode.INVALID_QUERY_PARAMETER, parameter="after")
     only = names_allowed(call.principal.scopes, CONSUME)
     return 200, reads.list_topics(call.state.engine, after or "", call.limit_arg(), only)
 

@@ -13,6 +13,7 @@ from app.domain import clock
 from app.domain.access import CONSUME, PRODUCE, UNRESTRICTED, Principal
 from app.domain.limits import offset_plus
 from app.errors import Forbidden, InvalidRequest, NotFound
+from app.problems import ProblemCode
 from app.storage import checks, log, topics, transactions
 from app.storage.db import read_connection
 from app.storage.replica import Reads
@@ -70,7 +71,7 @@ def get_transaction(engine: Engine, group: str, transaction_id: str, *,
         row, messages = transactions.transaction_as_read(conn, group, transaction_id)
         if row is None:
             raise NotFound(f"no transaction {transaction_id!r} in producer group {group!r}",
-                           code="transaction_not_found")
+                           code=ProblemCode.TRANSACTION_NOT_FOUND)
         offsets = {}
         if row.state == State.COMMITTED:
             offsets = {m.message_id: m.queue_offset for m in messages}
@@ -87,7 +88,7 @@ def list_transactions(engine: Engine, group: str | None, state: str | None, afte
     """Transactions in id order (oldest first), of ``group`` or of every group if None."""
     if state is not None and state not in State.__members__:
         raise InvalidRequest(f"state must be one of {', '.join(State)}",
-                             code="invalid_query_parameter", parameter="state")
+                             code=ProblemCode.INVALID_QUERY_PARAMETER, parameter="state")
     wanted = State(state) if state is not None else None
     with read_connection(engine) as conn:
         rows = transactions.list_txns(conn, group, wanted, after, limit)
@@ -124,7 +125,7 @@ def list_topics(engine: Engine, after: str, limit: int,
 
 
 def message_not_found(message_id: str) -> NotFound:
-    return NotFound(f"no message {message_id!r}", code="message_not_found")
+    return NotFound(f"no message {message_id!r}", code=ProblemCode.MESSAGE_NOT_FOUND)
 
 
 def check_may_read(principal: Principal, message: Mapping[str, Any], message_id: str) -> None:
