@@ -156,7 +156,7 @@ class Api:
                                         scope["http_version"])
             unread = False
             call = Call(params, raw, principal, self._state, scope["headers"],
-                        scope["query_string"], self._offload, self.waits.wait)
+                        scope["query_string"], self._offload, self.waits.wait, route.query)
             if route.on_loop:
                 status, body = await route.handler(call)
             else:

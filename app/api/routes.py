@@ -1,8 +1,8 @@
 """The route table: every route of the API, once.
 
 Each ``Route`` says its method and path, the access it needs (``app.api.access``), its
-handler (``app.api.call``), its request and answer models, the problem codes it may
-answer and how large a body it takes. Everything that needs the routes reads ``ROUTES``:
+handler (``app.api.call``), its request and answer models, its query parameters
+(``app.api.query``), the problem codes it may answer and how large a body it takes. Everything that needs the routes reads ``ROUTES``:
 the ASGI front's router (``app.api.asgi``, the API's one front), the OpenAPI document
 (``app.api.openapi``) and the tests that walk every route.
 
@@ -23,6 +23,15 @@ from typing import Any, NamedTuple
 from app.api import groups, health, subscriptions, tokens, topics, transactions
 from app.api.access import ADMIN_ONLY, OPEN, Access
 from app.api.call import Call
+from app.api.query import (
+    AFTER_ID,
+    AFTER_SUBSCRIPTION,
+    AFTER_TOPIC,
+    FROM_OFFSET,
+    LIMIT,
+    STATE,
+    Query,
+)
 from app.api.schemas import (
     Acked,
     CommittedTransaction,
@@ -85,8 +94,9 @@ class Route:
     problems: Problems  # status → the problem codes this route may answer with it
     body: Any = None  # the request body's model (a tuple: one of them)
     body_required: bool = True
-    # its query and header parameters (``app.api.openapi``'s names for them)
-    parameters: tuple[str, ...] = ()
+    query: tuple[Query, ...] = ()  # its query parameters (``app.api.query``)
+    # its header parameters (``app.api.openapi``'s names for them)
+    headers: tuple[str, ...] = ()
     carries_messages: bool = False  # takes a send's body limit, not a small one's
     quiet: bool = False  # a success is logged at DEBUG: the hot routes
     own_threads: bool = False  # run on threads no other route waits behind (/readyz)
@@ -176,11 +186,11 @@ ROUTES: tuple[Route, ...] = (
            "413": (Code.BODY_TOO_LARGE, Code.PAYLOAD_TOO_LARGE),
            "422": (Code.UNREGISTERED_PRODUCER_GROUP,), **_DB},
           body=(TransactionIn, SingleMessageTransactionIn),
-          parameters=("traceparent", "tracestate"), carries_messages=True, quiet=True),
+          headers=("traceparent", "tracestate"), carries_messages=True, quiet=True),
     Route("GET", _TXNS, _PRODUCE, transactions.list_transactions, "listTransactions",
           "transactions", "The group's transactions, oldest first", {"200": TransactionList},
           {"400": (*_GROUP, Code.INVALID_QUERY_PARAMETER), **_DB},
-          parameters=("state", "after", "limit")),
+          query=(STATE, AFTER_ID, LIMIT)),
     Route("GET", _TXN, _PRODUCE, transactions.get_transaction, "getTransaction",
           "transactions", "One transaction with its state, check count and messages",
           {"200": Transaction}, {"400": _TXN_PATH, "404": (Code.TRANSACTION_NOT_FOUND,), **_DB}),
@@ -204,7 +214,7 @@ ROUTES: tuple[Route, ...] = (
         "consume:{topic} (lists only the topics the token may consume)", forbids=False),
           topics.list_topics, "listTopics", "topics", "Topics with their next offset, by name",
           {"200": TopicList}, {"400": (Code.INVALID_QUERY_PARAMETER,), **_DB},
-          parameters=("after_topic", "limit")),
+          query=(AFTER_TOPIC, LIMIT)),
     Route("GET", "/v1/topics/{topic}", _CONSUME, topics.get_topic, "getTopic", "topics",
           "A topic's retained offsets and its retention", {"200": Topic},
           {"400": _TOPIC, "404": (Code.TOPIC_NOT_FOUND,), **_DB}),
@@ -216,11 +226,11 @@ ROUTES: tuple[Route, ...] = (
           "TXMSG_MAX_READ_BYTES of bodies but at least one; the next page starts at "
           "`next_offset` (unknown topic: empty page)", {"200": TopicPage},
           {"400": (*_TOPIC, Code.INVALID_QUERY_PARAMETER), **_DB},
-          parameters=("from_offset", "limit")),
+          query=(FROM_OFFSET, LIMIT)),
     Route("GET", _SUBS, _CONSUME, subscriptions.list_subscriptions, "listSubscriptions",
           "subscriptions", "The topic's subscriptions by name", {"200": SubscriptionList},
           {"400": (*_TOPIC, Code.INVALID_QUERY_PARAMETER), **_DB},
-          parameters=("after_subscription", "limit")),
+          query=(AFTER_SUBSCRIPTION, LIMIT)),
     Route("PUT", _SUB, _CONSUME, subscriptions.put_subscription, "putSubscription",
           "subscriptions",
           "Create a subscription (201) or change the settings named (200; the others kept)",
@@ -259,7 +269,7 @@ ROUTES: tuple[Route, ...] = (
            **_DB}, body=TokenIn),
     Route("GET", "/v1/tokens", requires(ADMIN), tokens.list_tokens, "listTokens", "tokens",
           "The tokens, oldest first, without their secrets", {"200": TokenList},
-          {"400": (Code.INVALID_QUERY_PARAMETER,), **_DB}, parameters=("after", "limit")),
+          {"400": (Code.INVALID_QUERY_PARAMETER,), **_DB}, query=(AFTER_ID, LIMIT)),
     Route("DELETE", "/v1/tokens/{token_id}", requires(ADMIN), tokens.revoke_token,
           "revokeToken", "tokens", "Revoke a token (refused by every process within 5 s)",
           {"204": {"description": "Revoked."}},
