@@ -19,7 +19,6 @@ or finished by the next redrive of their topic.
 
 from __future__ import annotations
 
-import base64
 import logging
 import uuid
 from collections.abc import Sequence
@@ -32,6 +31,7 @@ from sqlalchemy import exc as sa_exc
 
 from app.domain import clock, groups
 from app.domain.lifecycle import Lifecycle
+from app.domain.message_shapes import body_fields
 from app.domain.messages import MessageIn, ProducerGroupIn, TransactionIn
 from app.domain.names import check_readable_topic, is_reserved_topic
 from app.errors import Conflict, InvalidRequest, NotFound
@@ -142,8 +142,7 @@ def _publish(engine: Engine, lifecycle: Lifecycle, dlq_topic: str, redrive_id: s
 
 
 def _message(row: Any, topic: str) -> MessageIn:
-    body: dict[str, Any] = ({"body": row.body.decode()} if row.body_is_text
-                            else {"body_base64": base64.b64encode(row.body).decode()})
+    body = body_fields(row.body, row.body_is_text)
     return MessageIn.model_validate({"topic": topic, **body, "keys": orjson.loads(row.keys),
                                      "tag": row.tag, "properties": orjson.loads(row.properties)})
 
