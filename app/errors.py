@@ -4,14 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from app.problems import ProblemCode
+
 
 class ApiError(Exception):
     status = 400
-    code = "bad_request"
+    code: ProblemCode = ProblemCode.BAD_REQUEST
     title = "Bad request"
     headers: tuple[tuple[str, str], ...] = ()  # HTTP headers the answer carries
 
-    def __init__(self, detail: str, *, code: str | None = None, **extra: Any) -> None:
+    def __init__(self, detail: str, *, code: ProblemCode | None = None, **extra: Any) -> None:
         super().__init__(detail)
         self.detail = detail
         if code is not None:
@@ -20,13 +22,13 @@ class ApiError(Exception):
 
 
 class InvalidRequest(ApiError):
-    status, code, title = 400, "invalid_request", "Invalid request"
+    status, code, title = 400, ProblemCode.INVALID_REQUEST, "Invalid request"
 
 
 class Unauthenticated(ApiError):
     """No token, or one that is unknown or revoked (RFC 6750: a challenge in the answer)."""
 
-    status, code, title = 401, "unauthenticated", "Unauthenticated"
+    status, code, title = 401, ProblemCode.UNAUTHENTICATED, "Unauthenticated"
 
     def __init__(self, detail: str, *, token_given: bool) -> None:
         super().__init__(detail)
@@ -37,30 +39,31 @@ class Unauthenticated(ApiError):
 
 
 class Forbidden(ApiError):
-    status, code, title = 403, "forbidden", "Forbidden"
+    status, code, title = 403, ProblemCode.FORBIDDEN, "Forbidden"
 
 
 class NotFound(ApiError):
-    status, code, title = 404, "not_found", "Not found"
+    status, code, title = 404, ProblemCode.NOT_FOUND, "Not found"
 
 
 class Conflict(ApiError):
-    status, code, title = 409, "conflict", "State conflict"
+    status, code, title = 409, ProblemCode.CONFLICT, "State conflict"
 
 
 class PayloadTooLarge(ApiError):
-    status, code, title = 413, "payload_too_large", "Payload too large"
+    status, code, title = 413, ProblemCode.PAYLOAD_TOO_LARGE, "Payload too large"
 
 
 class UnregisteredProducerGroup(ApiError):
-    status, code, title = 422, "unregistered_producer_group", "Unregistered producer group"
+    status, code = 422, ProblemCode.UNREGISTERED_PRODUCER_GROUP
+    title = "Unregistered producer group"
 
 
 class DatabaseUnavailable(ApiError):
     """Raised at the engine's edge (``app.storage.db``) for every way the database fails
     to answer; ``connection_invalidated``: the connection it failed on was lost."""
 
-    status, code, title = 503, "database_unavailable", "Database unavailable"
+    status, code, title = 503, ProblemCode.DATABASE_UNAVAILABLE, "Database unavailable"
     connection_invalidated = False
 
 

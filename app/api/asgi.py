@@ -70,6 +70,7 @@ from app.api.routes import ROUTES, Route
 from app.domain.access import UNRESTRICTED, Principal
 from app.errors import ApiError, InvalidRequest
 from app.logs import REQUEST_ID
+from app.problems import ProblemCode
 
 if TYPE_CHECKING:
     from app.state import AppState
@@ -155,7 +156,7 @@ class Api:
                                         scope["http_version"])
             unread = False
             call = Call(params, raw, principal, self._state, scope["headers"],
-                        scope["query_string"], self._offload, self.waits.wait)
+                        scope["query_string"], self._offload, self.waits.wait, route.query)
             if route.on_loop:
                 status, body = await route.handler(call)
             else:
@@ -398,7 +399,7 @@ async def _read_all(receive: Receive, limit: int | None) -> bytes:
         if message["type"] == "http.disconnect":
             raise InvalidRequest("the request body ended before it was whole (the client "
                                  "went away, or its chunked framing is malformed)",
-                                 code="incomplete_body")
+                                 code=ProblemCode.INCOMPLETE_BODY)
         chunk = message.get("body", b"") if message["type"] == "http.request" else b""
         size += len(chunk)
         if limit is not None and size > limit:

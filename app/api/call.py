@@ -1,8 +1,8 @@
 """What a handler is given and what it gives back.
 
 A handler (``app.api.routes``) is a function of a ``Call``: the route's path parameters,
-the query (parsed only if asked for), the raw body (already read within the route's
-limit), who the request acts as, the app's state and the request's header fields. It
+the query (parsed only if asked for; its parameters as the route declares them), the raw
+body (already read within the route's limit), who the request acts as, the app's state and the request's header fields. It
 answers ``(status, body)``: a body to write as JSON, ``None`` for a 204, or ``Raw``
 bytes with their media type; or it raises an ``ApiError``. The ASGI front
 (``app.api.asgi``) builds the call and renders the answer (``app.api.http``).
@@ -15,22 +15,18 @@ must do off the loop it hands to ``offload``, and a long poll's wait goes throug
 
 from __future__ import annotations
 
-import re
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 from urllib.parse import parse_qsl
 
+from app.api.query import Query
 from app.domain.access import Principal
-from app.domain.limits import DEFAULT_PAGE_LIMIT, MAX_INT64, MAX_PAGE_LIMIT
-from app.errors import InvalidRequest
 
 if TYPE_CHECKING:
     from app.state import AppState
 
 T = TypeVar("T")
-# plain decimal digits only (int() would also take "1_0", " 7" or other scripts' digits)
-_INT_RE = re.compile(r"-?[0-9]{1,19}")
 
 
 class Raw(NamedTuple):
@@ -55,6 +51,7 @@ class Call:
     query_string: bytes = b""
     offload: Offload | None = None  # run a blocking function off the event loop
     wait: Wait | None = None  # a long poll's wait: (topic, subscription, seen, timeout)
+    queries: tuple[Query, ...] = ()  # the route's query parameters
     _query: Mapping[str, str] | None = field(default=None)
 
     @property
@@ -68,19 +65,13 @@ class Call:
                 self._query.setdefault(name, value)
         return self._query
 
-    def int_arg(self, name: str, default: int, lo: int, hi: int = MAX_INT64) -> int:
-        raw = self.query.get(name)
-        if raw is None:
-            return default
-        value = int(raw) if _INT_RE.fullmatch(raw) else None
-        if value is None or value < lo or value > hi:
-            bounds = f"{lo}..{hi}" if hi != MAX_INT64 else f">= {lo}"
-            raise InvalidRequest(f"query parameter {name} must be an integer {bounds}, got "
-                                 f"{raw!r}", code="invalid_query_parameter", parameter=name)
-        return value
-
-    def limit_arg(self) -> int:
-        return self.int_arg("limit", DEFAULT_PAGE_LIMIT, 1, MAX_PAGE_LIMIT)
+    def arg(self, name: str) -> Any:
+        """The query parameter ``name`` as its route declares it (``Route.query``): parsed,
+        or its default when absent; malformed → 400 ``invalid_query_parameter``."""
+        for declared in self.queries:
+            if declared.name == name:
+                return declared.parse(self.query.get(name))
+        raise LookupError(f"the route declares no query parameter {name!r}")
 
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)`` off the event loop (where there is one to keep free)."""

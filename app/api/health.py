@@ -10,10 +10,11 @@ from app import metrics
 from app.api.call import Answer, Call, Raw
 from app.domain import health, reads, retention, subscriptions
 from app.errors import ApiError
+from app.problems import ProblemCode
 
 
 class NotReady(ApiError):
-    status, code, title = 503, "database_unavailable", "Database unavailable"
+    status, code, title = 503, ProblemCode.DATABASE_UNAVAILABLE, "Database unavailable"
 
 
 async def healthz(call: Call) -> Answer:
@@ -24,7 +25,7 @@ async def healthz(call: Call) -> Answer:
 def readyz(call: Call) -> Answer:
     """The database answers, takes writes and its schema is at the head revision."""
     ready = health.readiness(call.state.engine)
-    if ready.code == "database_unavailable":
+    if ready.code is ProblemCode.DATABASE_UNAVAILABLE:
         raise NotReady(ready.detail)
     if ready.code is not None:
         refusal = NotReady(ready.detail, code=ready.code, revision=ready.revision,

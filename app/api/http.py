@@ -11,6 +11,7 @@ from flask import Response, current_app, request
 from werkzeug.exceptions import HTTPException
 
 from app.errors import ApiError, InvalidRequest
+from app.problems import ProblemCode
 
 if TYPE_CHECKING:
     from app.state import AppState
@@ -29,11 +30,12 @@ def dump_json(body: Any) -> bytes:
 def parse_json(raw: bytes) -> Any:
     """A request body as JSON, whatever the Content-Type says."""
     if not raw:
-        raise InvalidRequest("the request needs a JSON body", code="invalid_json")
+        raise InvalidRequest("the request needs a JSON body", code=ProblemCode.INVALID_JSON)
     try:
         return orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
-        raise InvalidRequest(f"the body is not valid JSON: {exc}", code="invalid_json") from None
+        raise InvalidRequest(f"the body is not valid JSON: {exc}",
+                             code=ProblemCode.INVALID_JSON) from None
 
 
 def state() -> AppState:
@@ -79,7 +81,8 @@ def flask_problem(exc: HTTPException) -> Response:
     return answer
 
 
-_HTTP_CODES = {404: "route_not_found", 405: "method_not_allowed", 413: "payload_too_large",
-               400: "bad_request", 415: "unsupported_media_type", 500: "internal_error",
-               408: "request_timeout", 414: "uri_too_long",
-               431: "request_header_fields_too_large"}
+_HTTP_CODES = {404: ProblemCode.ROUTE_NOT_FOUND, 405: ProblemCode.METHOD_NOT_ALLOWED,
+               413: ProblemCode.PAYLOAD_TOO_LARGE, 400: ProblemCode.BAD_REQUEST,
+               415: ProblemCode.UNSUPPORTED_MEDIA_TYPE, 500: ProblemCode.INTERNAL_ERROR,
+               408: ProblemCode.REQUEST_TIMEOUT, 414: ProblemCode.URI_TOO_LONG,
+               431: ProblemCode.REQUEST_HEADER_FIELDS_TOO_LARGE}

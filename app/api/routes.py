@@ -1,8 +1,8 @@
 """The route table: every route of the API, once.
 
 Each ``Route`` says its method and path, the access it needs (``app.api.access``), its
-handler (``app.api.call``), its request and answer models, the problem codes it may
-answer and how large a body it takes. Everything that needs the routes reads ``ROUTES``:
+handler (``app.api.call``), its request and answer models, its query parameters
+(``app.api.query``), the problem codes it may answer and how large a body it takes. Everything that needs the routes reads ``ROUTES``:
 the ASGI front's router (``app.api.asgi``, the API's one front), the OpenAPI document
 (``app.api.openapi``) and the tests that walk every route.
 
@@ -18,11 +18,20 @@ import inspect
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from app.api import groups, health, subscriptions, tokens, topics, transactions
 from app.api.access import ADMIN_ONLY, OPEN, Access
 from app.api.call import Call
+from app.api.query import (
+    AFTER_ID,
+    AFTER_SUBSCRIPTION,
+    AFTER_TOPIC,
+    FROM_OFFSET,
+    LIMIT,
+    STATE,
+    Query,
+)
 from app.api.schemas import (
     Acked,
     CommittedTransaction,
@@ -55,8 +64,19 @@ from app.domain.messages import (
 )
 from app.domain.subscriptions import NackIn, OffsetsIn, ReceiveIn, SeekIn, SubscriptionIn
 from app.domain.tokens import TokenIn
+from app.problems import ProblemCode as Code
 
 Handler = Callable[[Call], Any]  # Answer, or an awaitable of one
+
+
+class Noted(NamedTuple):
+    """A problem code with what the document says of it on one route."""
+
+    code: Code
+    note: str
+
+
+Problems = Mapping[str, tuple[Code | Noted, ...]]
 _PARAM = re.compile(r"\{([^{}]+)\}")
 
 
@@ -71,11 +91,12 @@ class Route:
     summary: str
     # status → the answer's type, (type, description), or an OpenAPI response object
     answers: Mapping[str, Any]
-    problems: Mapping[str, str]  # status → the problem codes this route may answer with it
+    problems: Problems  # status → the problem codes this route may answer with it
     body: Any = None  # the request body's model (a tuple: one of them)
     body_required: bool = True
-    # its query and header parameters (``app.api.openapi``'s names for them)
-    parameters: tuple[str, ...] = ()
+    query: tuple[Query, ...] = ()  # its query parameters (``app.api.query``)
+    # its header parameters (``app.api.openapi``'s names for them)
+    headers: tuple[str, ...] = ()
     carries_messages: bool = False  # takes a send's body limit, not a small one's
     quiet: bool = False  # a success is logged at DEBUG: the hot routes
     own_threads: bool = False  # run on threads no other route waits behind (/readyz)
@@ -99,15 +120,18 @@ def requires_token(note: str, *, forbids: bool = True) -> Access:
     return Access(note=note, forbids=forbids)
 
 
-_GROUP = "invalid_producer_group"
-_CALLBACK_URL = "invalid_callback_url, callback_url_not_allowed"
-_TXN_PATH = "invalid_producer_group, invalid_transaction_id"
-_BODY = ("invalid_json, invalid_body_type, missing_field, unknown_field, invalid_type, "
-         "invalid_length, invalid_value, out_of_range")
-_DB = {"503": "database_unavailable"}
-_FINISH = {"400": _TXN_PATH, "404": "transaction_not_found",
-           "409": "invalid_state_transition", **_DB}
-_NAMES = "invalid_topic, reserved_topic, invalid_subscription"
+_GROUP = (Code.INVALID_PRODUCER_GROUP,)
+_CALLBACK_URL = (Code.INVALID_CALLBACK_URL, Code.CALLBACK_URL_NOT_ALLOWED)
+_TXN_PATH = (*_GROUP, Code.INVALID_TRANSACTION_ID)
+_BODY = (Code.INVALID_JSON, Code.INVALID_BODY_TYPE, Code.MISSING_FIELD, Code.UNKNOWN_FIELD,
+         Code.INVALID_TYPE, Code.INVALID_LENGTH, Code.INVALID_VALUE, Code.OUT_OF_RANGE)
+_DB: Problems = {"503": (Code.DATABASE_UNAVAILABLE,)}
+_TOO_LARGE: Problems = {"413": (Code.PAYLOAD_TOO_LARGE,)}
+_FINISH: Problems = {"400": _TXN_PATH, "404": (Code.TRANSACTION_NOT_FOUND,),
+                     "409": (Code.INVALID_STATE_TRANSITION,), **_DB}
+_TOPIC = (Code.INVALID_TOPIC, Code.RESERVED_TOPIC)
+_NAMES = (*_TOPIC, Code.INVALID_SUBSCRIPTION)
+_ACKS = (Code.ACK_NOT_PENDING, Code.ACK_CONFLICT)
 _GROUP_PATH = "/v1/producer-groups/{group}"
 _TXNS = f"{_GROUP_PATH}/transactions"
 _TXN = f"{_TXNS}/{{transaction_id}}"
@@ -118,12 +142,11 @@ _REMOVED = {"204": {"description": "Removed."}}
 
 
 def _action(name: str, summary: str, handler: Handler, answer: Any, body: Any,
-            codes: str = "", *, body_required: bool = True, **more: Any) -> Route:
+            codes: tuple[Code, ...] = (), *, body_required: bool = True, **more: Any) -> Route:
     """A POST on one subscription."""
     return Route("POST", f"{_SUB}/{name}", _CONSUME, handler, name, "subscriptions", summary,
-                 {"200": answer}, {"400": f"{_NAMES}, {_BODY}{codes}",
-                                   "413": "payload_too_large",
-                                   "404": "subscription_not_found", **_DB},
+                 {"200": answer}, {"400": (*_NAMES, *_BODY, *codes), **_TOO_LARGE,
+                                   "404": (Code.SUBSCRIPTION_NOT_FOUND,), **_DB},
                  body=body, body_required=body_required, **more)
 
 
@@ -132,50 +155,50 @@ ROUTES: tuple[Route, ...] = (
           "producer-groups",
           "Register a producer group's check callbacks, or change what is named of them",
           {"200": (ProducerGroup, "The stored registration.")},
-          {"400": f"{_GROUP}, {_BODY}, {_CALLBACK_URL}", "413": "payload_too_large", **_DB},
+          {"400": (*_GROUP, *_BODY, *_CALLBACK_URL), **_TOO_LARGE, **_DB},
           body=ProducerGroupIn),
     Route("GET", _GROUP_PATH, _PRODUCE, groups.get_group, "getProducerGroup",
           "producer-groups", "A producer group's registration, with its signing secret",
-          {"200": ProducerGroup}, {"400": _GROUP, "404": "producer_group_not_found", **_DB}),
+          {"200": ProducerGroup}, {"400": _GROUP, "404": (Code.PRODUCER_GROUP_NOT_FOUND,), **_DB}),
     Route("DELETE", _GROUP_PATH, _PRODUCE, groups.delete_group, "deleteProducerGroup",
           "producer-groups",
           "Remove a registration (its transactions stay and resolve as usual)", _REMOVED,
-          {"400": _GROUP, "404": "producer_group_not_found", **_DB}),
+          {"400": _GROUP, "404": (Code.PRODUCER_GROUP_NOT_FOUND,), **_DB}),
     Route("POST", f"{_GROUP_PATH}/signing-secret/rotate", _PRODUCE,
           groups.rotate_signing_secret, "rotateSigningSecret", "producer-groups",
           "A new signing secret; the previous one signs too for "
           "TXMSG_SIGNING_SECRET_OVERLAP_SECONDS",
           {"200": (ProducerGroup, "The registration with its new signing secret.")},
-          {"400": _GROUP, "404": "producer_group_not_found", **_DB}),
+          {"400": _GROUP, "404": (Code.PRODUCER_GROUP_NOT_FOUND,), **_DB}),
     Route("POST", _TXNS, _PRODUCE, transactions.send, "sendTransaction", "transactions",
           "Send the half messages of a transaction (invisible until committed)",
           {"201": (SentTransaction, "Stored, PREPARED."),
            "200": (SentTransaction, ("A retried send (same transaction_id, same messages, "
                                      "check_url and check_immunity_seconds): the first "
                                      "answer, whatever the state now."))},
-          {"400": f"{_GROUP}, {_BODY}, invalid_topic, reserved_topic, invalid_body, "
-                  "invalid_base64, too_many_properties, properties_too_large, invalid_tag, "
-                  f"invalid_transaction_id, {_CALLBACK_URL}, invalid_deliver_at, "
-                  "invalid_subscription, invalid_offset, too_many_acks",
-           "404": "subscription_not_found (an ack's subscription)",
-           "409": "transaction_id_conflict (the id was sent with other messages or check "
-                  "settings, or retention forgot it), ack_not_pending, ack_conflict",
-           "413": "body_too_large, payload_too_large",
-           "422": "unregistered_producer_group", **_DB},
+          {"400": (*_GROUP, *_BODY, *_TOPIC, Code.INVALID_BODY, Code.INVALID_BASE64,
+                   Code.TOO_MANY_PROPERTIES, Code.PROPERTIES_TOO_LARGE, Code.INVALID_TAG,
+                   Code.INVALID_TRANSACTION_ID, *_CALLBACK_URL, Code.INVALID_DELIVER_AT,
+                   Code.INVALID_SUBSCRIPTION, Code.INVALID_OFFSET, Code.TOO_MANY_ACKS),
+           "404": (Noted(Code.SUBSCRIPTION_NOT_FOUND, "an ack's subscription"),),
+           "409": (Noted(Code.TRANSACTION_ID_CONFLICT, "the id was sent with other messages "
+                         "or check settings, or retention forgot it"), *_ACKS),
+           "413": (Code.BODY_TOO_LARGE, Code.PAYLOAD_TOO_LARGE),
+           "422": (Code.UNREGISTERED_PRODUCER_GROUP,), **_DB},
           body=(TransactionIn, SingleMessageTransactionIn),
-          parameters=("traceparent", "tracestate"), carries_messages=True, quiet=True),
+          headers=("traceparent", "tracestate"), carries_messages=True, quiet=True),
     Route("GET", _TXNS, _PRODUCE, transactions.list_transactions, "listTransactions",
           "transactions", "The group's transactions, oldest first", {"200": TransactionList},
-          {"400": f"{_GROUP}, invalid_query_parameter", **_DB},
-          parameters=("state", "after", "limit")),
+          {"400": (*_GROUP, Code.INVALID_QUERY_PARAMETER), **_DB},
+          query=(STATE, AFTER_ID, LIMIT)),
     Route("GET", _TXN, _PRODUCE, transactions.get_transaction, "getTransaction",
           "transactions", "One transaction with its state, check count and messages",
-          {"200": Transaction}, {"400": _TXN_PATH, "404": "transaction_not_found", **_DB}),
+          {"200": Transaction}, {"400": _TXN_PATH, "404": (Code.TRANSACTION_NOT_FOUND,), **_DB}),
     Route("POST", f"{_TXN}/commit", _PRODUCE, transactions.commit, "commitTransaction",
           "transactions", "Make the messages visible (answered once durable; repeatable)",
           {"200": (CommittedTransaction, "Committed (now or before).")},
           # a transaction whose discard released its acks takes them again
-          {**_FINISH, "409": "invalid_state_transition, ack_not_pending, ack_conflict"}, quiet=True),
+          {**_FINISH, "409": (Code.INVALID_STATE_TRANSITION, *_ACKS)}, quiet=True),
     Route("POST", f"{_TXN}/rollback", _PRODUCE, transactions.rollback, "rollbackTransaction",
           "transactions", "Drop the messages for good (repeatable)",
           {"200": (RolledBackTransaction, "Rolled back (now or before).")}, _FINISH,
@@ -190,72 +213,72 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", "/v1/topics", requires_token(
         "consume:{topic} (lists only the topics the token may consume)", forbids=False),
           topics.list_topics, "listTopics", "topics", "Topics with their next offset, by name",
-          {"200": TopicList}, {"400": "invalid_query_parameter", **_DB},
-          parameters=("after_topic", "limit")),
+          {"200": TopicList}, {"400": (Code.INVALID_QUERY_PARAMETER,), **_DB},
+          query=(AFTER_TOPIC, LIMIT)),
     Route("GET", "/v1/topics/{topic}", _CONSUME, topics.get_topic, "getTopic", "topics",
           "A topic's retained offsets and its retention", {"200": Topic},
-          {"400": "invalid_topic, reserved_topic", "404": "topic_not_found", **_DB}),
+          {"400": _TOPIC, "404": (Code.TOPIC_NOT_FOUND,), **_DB}),
     Route("PUT", "/v1/topics/{topic}", ADMIN_ONLY, topics.put_topic, "putTopic", "topics",
           "Set a topic's retention (null: the default); an unknown topic is created",
-          {"200": Topic}, {"400": f"invalid_topic, reserved_topic, {_BODY}",
-                           "413": "payload_too_large", **_DB}, body=TopicRetentionIn),
+          {"200": Topic}, {"400": (*_TOPIC, *_BODY), **_TOO_LARGE, **_DB}, body=TopicRetentionIn),
     Route("GET", "/v1/topics/{topic}/messages", _CONSUME, topics.read_topic, "readTopic",
           "topics", "Committed messages of a topic in offset order, at most `limit` and "
           "TXMSG_MAX_READ_BYTES of bodies but at least one; the next page starts at "
           "`next_offset` (unknown topic: empty page)", {"200": TopicPage},
-          {"400": "invalid_topic, reserved_topic, invalid_query_parameter", **_DB},
-          parameters=("from_offset", "limit")),
+          {"400": (*_TOPIC, Code.INVALID_QUERY_PARAMETER), **_DB},
+          query=(FROM_OFFSET, LIMIT)),
     Route("GET", _SUBS, _CONSUME, subscriptions.list_subscriptions, "listSubscriptions",
           "subscriptions", "The topic's subscriptions by name", {"200": SubscriptionList},
-          {"400": "invalid_topic, reserved_topic, invalid_query_parameter", **_DB},
-          parameters=("after_subscription", "limit")),
+          {"400": (*_TOPIC, Code.INVALID_QUERY_PARAMETER), **_DB},
+          query=(AFTER_SUBSCRIPTION, LIMIT)),
     Route("PUT", _SUB, _CONSUME, subscriptions.put_subscription, "putSubscription",
           "subscriptions",
           "Create a subscription (201) or change the settings named (200; the others kept)",
           {"201": (Subscription, "Created."),
            "200": (Subscription, "Updated (initial_position ignored).")},
-          {"400": f"{_NAMES}, {_BODY}, invalid_dead_letter_topic, invalid_backoff",
-           "413": "payload_too_large", **_DB}, body=SubscriptionIn, body_required=False),
+          {"400": (*_NAMES, *_BODY, Code.INVALID_DEAD_LETTER_TOPIC, Code.INVALID_BACKOFF),
+           **_TOO_LARGE, **_DB}, body=SubscriptionIn, body_required=False),
     Route("GET", _SUB, _CONSUME, subscriptions.get_subscription, "getSubscription",
           "subscriptions", "Settings, backlog, leases in flight and ack cursor",
-          {"200": Subscription}, {"400": _NAMES, "404": "subscription_not_found", **_DB}),
+          {"200": Subscription}, {"400": _NAMES, "404": (Code.SUBSCRIPTION_NOT_FOUND,), **_DB}),
     Route("DELETE", _SUB, _CONSUME, subscriptions.delete_subscription, "deleteSubscription",
           "subscriptions", "Remove a subscription and its state", _REMOVED,
-          {"400": _NAMES, "404": "subscription_not_found", **_DB}),
+          {"400": _NAMES, "404": (Code.SUBSCRIPTION_NOT_FOUND,), **_DB}),
     _action("receive", "Lease deliverable messages, lowest offsets first (long polling "
             "with wait_ms)", subscriptions.receive, Received, ReceiveIn, body_required=False,
             quiet=True),
     _action("ack", "Acknowledge offsets (repeating is harmless)", subscriptions.ack, Acked,
-            OffsetsIn, ", invalid_offset", quiet=True),
+            OffsetsIn, (Code.INVALID_OFFSET,), quiet=True),
     _action("nack", "Give leased messages back: redelivered after delay_ms or the backoff",
-            subscriptions.nack, Nacked, NackIn, ", invalid_offset"),
+            subscriptions.nack, Nacked, NackIn, (Code.INVALID_OFFSET,)),
     _action("renew", "Extend the leases still held on these offsets", subscriptions.renew,
-            Renewed, OffsetsIn, ", invalid_offset"),
+            Renewed, OffsetsIn, (Code.INVALID_OFFSET,)),
     _action("seek", "Acknowledge every offset below `offset`, none from it on; leases "
-            "dropped", subscriptions.seek, Subscription, SeekIn, ", offset_out_of_range"),
+            "dropped", subscriptions.seek, Subscription, SeekIn, (Code.OFFSET_OUT_OF_RANGE,)),
     Route("GET", "/v1/messages/{message_id}",
           requires_token("produce:{group} of the message, or consume:{topic} once it is "
                          "committed (else 404, as for an unknown id)"),
           topics.get_message, "getMessage", "topics",
           "One message, its transaction's state and, once committed, its offset",
-          {"200": Message}, {"400": "invalid_message_id", "404": "message_not_found", **_DB}),
+          {"200": Message}, {"400": (Code.INVALID_MESSAGE_ID,), "404": (Code.MESSAGE_NOT_FOUND,),
+                             **_DB}),
     Route("POST", "/v1/tokens", requires(ADMIN), tokens.create_token, "createToken",
           "tokens", "Make a scoped bearer token (its secret shown once)",
           {"201": (NewToken, "The token, with its secret.")},
-          {"400": f"{_BODY}, invalid_token_name, invalid_scope", "413": "payload_too_large",
+          {"400": (*_BODY, Code.INVALID_TOKEN_NAME, Code.INVALID_SCOPE), **_TOO_LARGE,
            **_DB}, body=TokenIn),
     Route("GET", "/v1/tokens", requires(ADMIN), tokens.list_tokens, "listTokens", "tokens",
           "The tokens, oldest first, without their secrets", {"200": TokenList},
-          {"400": "invalid_query_parameter", **_DB}, parameters=("after", "limit")),
+          {"400": (Code.INVALID_QUERY_PARAMETER,), **_DB}, query=(AFTER_ID, LIMIT)),
     Route("DELETE", "/v1/tokens/{token_id}", requires(ADMIN), tokens.revoke_token,
           "revokeToken", "tokens", "Revoke a token (refused by every process within 5 s)",
           {"204": {"description": "Revoked."}},
-          {"400": "invalid_token_id", "404": "token_not_found", **_DB}),
+          {"400": (Code.INVALID_TOKEN_ID,), "404": (Code.TOKEN_NOT_FOUND,), **_DB}),
     Route("GET", "/healthz", OPEN, health.healthz, "healthz", "health", "The process is up",
           {"200": Health}, {}),
     Route("GET", "/readyz", OPEN, health.readyz, "readyz", "health",
           "The database answers and its schema is at head", {"200": Ready},
-          {"503": "database_unavailable, schema_not_at_head"}, own_threads=True),
+          {"503": (Code.DATABASE_UNAVAILABLE, Code.SCHEMA_NOT_AT_HEAD)}, own_threads=True),
     Route("GET", "/metrics", requires(METRICS), health.metrics_view, "metrics", "health",
           "Prometheus text exposition (what comes from the database: computed at most "
           "once every TXMSG_METRICS_CACHE_SECONDS)",

@@ -4,7 +4,8 @@ The domain builds its answers as plain dicts and the hot routes write them out a
 are, so nothing validates against these at run time: they are TypedDicts, which describe
 a dict exactly, keys that may be absent (``NotRequired``) included, and from which
 pydantic derives the JSON Schema (``app.api.openapi``). Tests may validate answers
-against them. Request bodies are the domain's models (``app.domain.messages``).
+against them. Request bodies are the domain's models (``app.domain.messages``). A
+message's shapes are the ones its shapers return (``app.domain.message_shapes``).
 """
 
 from __future__ import annotations
@@ -19,27 +20,31 @@ from app.domain.limits import (
     MAX_ACK_TIMEOUT_MS,
     MAX_BACKOFF_MS,
     MAX_CHECK_TIMEOUT_MS,
-    MAX_INT64,
     MAX_REDELIVERIES,
     MIN_ACK_TIMEOUT_MS,
     MIN_CHECK_TIMEOUT_MS,
 )
-from app.domain.messages import MAX_CHECK_URLS, Body, BodyBase64, CallbackUrl, Keys, Properties, Tag
-from app.domain.names import DISCARD_TOPIC, GroupName, Name, TopicName, TransactionId
+from app.domain.message_shapes import (
+    CheckMessage,
+    CommittedMessage,
+    Message,
+    MessageId,
+    Offset,
+    ReceivedMessage,
+    Timestamp,
+    TransactionMessage,
+)
+from app.domain.messages import MAX_CHECK_URLS, CallbackUrl
+from app.domain.names import GroupName, Name, TopicName, TransactionId
 from app.domain.tokens import Scope, TokenId
 from app.vocabulary import Resolution, State
 
+# answered by routes as they are (app.api.routes names them here)
+__all__ = ["Message"]
+
 # the API answers with exactly these fields
 _CLOSED = ConfigDict(extra="forbid")
-# exactly one of body / body_base64
-_ONE_BODY = ConfigDict(extra="forbid", json_schema_extra={
-    "oneOf": [{"required": ["body"]}, {"required": ["body_base64"]}]})
 
-Timestamp = Annotated[datetime, Field(description="RFC 3339, UTC.")]
-MessageId = Annotated[str, Field(description=(
-    "Server-generated, globally unique: a UUIDv7 in 32 upper-case hex digits (its first 12 "
-    "are the Unix time in milliseconds it was made). Treat it as an opaque string."))]
-Offset = Annotated[int, Field(ge=0, le=MAX_INT64, description="Dense per topic, from 0.")]
 CheckUrls = Annotated[list[CallbackUrl], Field(min_length=1, max_length=MAX_CHECK_URLS)]
 CheckTimeoutMs = Annotated[int, Field(ge=MIN_CHECK_TIMEOUT_MS, le=MAX_CHECK_TIMEOUT_MS)]
 
@@ -116,15 +121,6 @@ class TransactionSummary(TypedDict):
         description="While PREPARED: the next check.")]]
 
 
-@with_config(_CLOSED)
-class TransactionMessage(TypedDict):
-    message_id: MessageId
-    topic: TopicName
-    keys: Keys
-    tag: Tag
-    properties: Properties
-    offset: NotRequired[Annotated[Offset, Field(description="Once committed.")]]
-
 
 @with_config(_CLOSED)
 class Transaction(TransactionSummary):
@@ -139,36 +135,6 @@ class TransactionList(TypedDict):
         description="Pass as `after` for the next page; null on the last page.")]
 
 
-@with_config(_ONE_BODY)
-class StoredMessage(TypedDict):
-    """A message as its producer sent it."""
-
-    message_id: MessageId
-    topic: TopicName
-    keys: Keys
-    tag: Tag
-    properties: Properties
-    body: NotRequired[Body]
-    body_base64: NotRequired[BodyBase64]
-
-
-@with_config(_ONE_BODY)
-class CommittedMessage(TypedDict):
-    """A message in a page of its topic (which the page names once)."""
-
-    offset: Offset
-    message_id: MessageId
-    transaction_id: TransactionId
-    producer_group: GroupName
-    keys: Keys
-    tag: Tag
-    properties: Annotated[Properties, Field(description=(
-        f"On {DISCARD_TOPIC}, also REAL_TOPIC, TRANSACTION_ID, PRODUCER_GROUP and "
-        "CHECK_TIMES."))]
-    body: NotRequired[Body]
-    body_base64: NotRequired[BodyBase64]
-    created_at: Timestamp
-    committed_at: Timestamp
 
 
 @with_config(_CLOSED)
@@ -205,15 +171,6 @@ class TopicList(TypedDict):
         description="Cursor for the next page (`after`), null at the end.")]
 
 
-@with_config(_ONE_BODY)
-class Message(StoredMessage):
-    transaction_id: TransactionId
-    producer_group: GroupName
-    state: State
-    created_at: Timestamp
-    offset: NotRequired[Annotated[Offset, Field(description="Once committed.")]]
-    committed_at: NotRequired[Annotated[Timestamp, Field(description="Once committed.")]]
-
 
 @with_config(_CLOSED)
 class Health(TypedDict):
@@ -236,7 +193,7 @@ class CheckRequest(TypedDict):
     check_times: Annotated[int, Field(ge=1, description=(
         "The number of this check, from 1 to TXMSG_CHECK_MAX_TIMES."))]
     created_at: Timestamp
-    messages: list[StoredMessage]
+    messages: list[CheckMessage]
 
 
 @with_config(ConfigDict(extra="allow"))
@@ -323,24 +280,6 @@ class SubscriptionList(TypedDict):
     next_after: Annotated[str | None, Field(
         description="Cursor for the next page (`after`), null at the end.")]
 
-
-@with_config(_ONE_BODY)
-class ReceivedMessage(TypedDict):
-    """A committed message as a read shows it, leased to this receive."""
-
-    offset: Offset
-    message_id: MessageId
-    transaction_id: TransactionId
-    producer_group: GroupName
-    keys: Keys
-    tag: Tag
-    properties: Properties
-    body: NotRequired[Body]
-    body_base64: NotRequired[BodyBase64]
-    created_at: Timestamp
-    committed_at: Timestamp
-    redelivery_count: Annotated[int, Field(ge=0, description=(
-        "Deliveries of this message to the subscription before this one."))]
 
 
 @with_config(_CLOSED)

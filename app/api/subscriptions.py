@@ -16,7 +16,7 @@ from app.domain import spans
 from app.domain import subscriptions as subs
 from app.domain.access import CONSUME
 from app.domain.messages import parse_body
-from app.domain.names import check_name, check_readable_topic
+from app.domain.names import check_readable_topic
 
 
 def _names(call: Call) -> tuple[str, str]:
@@ -54,11 +54,7 @@ def delete_subscription(call: Call) -> Answer:
 def list_subscriptions(call: Call) -> Answer:
     """The topic's subscriptions by name; ``after`` pages."""
     topic = check_readable_topic(call.params["topic"])
-    after = call.query.get("after")
-    if after is not None:
-        check_name("query parameter after (a subscription name)", after,
-                   code="invalid_query_parameter", parameter="after")
-    return 200, call.state.subscriptions.list(topic, after or "", call.limit_arg())
+    return 200, call.state.subscriptions.list(topic, call.arg("after"), call.arg("limit"))
 
 
 async def receive(call: Call) -> Answer:

@@ -15,8 +15,7 @@ def create_token(call: Call) -> Answer:
 
 def list_tokens(call: Call) -> Answer:
     """The tokens, oldest first, without their secrets; ``after`` pages."""
-    return 200, tokens.list_tokens(call.state.engine, call.int_arg("after", 0, 0),
-                                   call.limit_arg())
+    return 200, tokens.list_tokens(call.state.engine, call.arg("after"), call.arg("limit"))
 
 
 def revoke_token(call: Call) -> Answer:

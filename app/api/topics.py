@@ -7,17 +7,14 @@ from app.api.http import parse_json
 from app.domain import reads, retention
 from app.domain.access import CONSUME, names_allowed
 from app.domain.messages import parse_topic_retention
-from app.domain.names import check_message_id, check_name, check_readable_topic
+from app.domain.names import check_message_id, check_readable_topic
 
 
 def list_topics(call: Call) -> Answer:
     """Topics with a committed message and their next offset, by name; ``after`` pages."""
-    after = call.query.get("after")
-    if after is not None:
-        check_name("query parameter after (a topic name)", after,
-                   code="invalid_query_parameter", parameter="after")
+    after = call.arg("after")
     only = names_allowed(call.principal.scopes, CONSUME)
-    return 200, reads.list_topics(call.state.engine, after or "", call.limit_arg(), only)
+    return 200, reads.list_topics(call.state.engine, after, call.arg("limit"), only)
 
 
 def get_topic(call: Call) -> Answer:
@@ -38,7 +35,7 @@ def read_topic(call: Call) -> Answer:
     """Committed messages of a topic from ``from_offset``, in offset order, at most
     ``limit`` of them and TXMSG_MAX_READ_BYTES of bodies (but at least one)."""
     topic = check_readable_topic(call.params["topic"])
-    from_offset, limit = call.int_arg("from_offset", 0, 0), call.limit_arg()
+    from_offset, limit = call.arg("from_offset"), call.arg("limit")
     return 200, call.state.reads.run(lambda engine: reads.read_topic(
         engine, topic, from_offset, limit, call.state.settings.max_read_bytes))
 

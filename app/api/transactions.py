@@ -99,5 +99,5 @@ def get_transaction(call: Call) -> Answer:
 def list_transactions(call: Call) -> Answer:
     """The group's transactions, oldest first; ``state`` filters, ``after`` pages."""
     group = check_group_name(call.params["group"])
-    return 200, reads.list_transactions(call.state.engine, group, call.query.get("state"),
-                                        call.int_arg("after", 0, 0), call.limit_arg())
+    return 200, reads.list_transactions(call.state.engine, group, call.arg("state"),
+                                        call.arg("after"), call.arg("limit"))

@@ -23,12 +23,13 @@ from dataclasses import dataclass
 from urllib.parse import SplitResult, urlsplit
 
 from app.config import DEFAULT_CALLBACK_DENIED_NETWORKS, Settings
+from app.problems import ProblemCode
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
-INVALID = "invalid_callback_url"
-NOT_ALLOWED = "callback_url_not_allowed"
+INVALID = ProblemCode.INVALID_CALLBACK_URL
+NOT_ALLOWED = ProblemCode.CALLBACK_URL_NOT_ALLOWED
 
 # An absolute http(s) URI as RFC 3986 writes it (so ASCII: an international name goes
 # in its IDNA form), without user info; a host name of unreserved characters and
@@ -52,7 +53,7 @@ _NAT64_PREFIX = int(ipaddress.IPv6Address("64:ff9b::")) >> 32
 class CallbackUrlError(ValueError):
     """A URL the policy refuses; ``code`` is the API's problem code."""
 
-    def __init__(self, code: str, message: str) -> None:
+    def __init__(self, code: ProblemCode, message: str) -> None:
         super().__init__(message)
         self.code = code
 

@@ -39,8 +39,8 @@ from app.config import Settings
 from app.domain import clock, signing
 from app.domain.lifecycle import Lifecycle
 from app.domain.limits import CHECK_PAYLOAD_BYTES
+from app.domain.message_shapes import CheckMessage, in_check
 from app.domain.messages import ProducerGroupIn
-from app.domain.reads import body_fields, message_meta
 from app.errors import ApiError, DatabaseUnavailable, one_line
 from app.storage import checks, groups, transactions
 from app.storage.db import make_engine, write_transaction
@@ -371,22 +371,19 @@ class Checks:
                 self.release(claim)
 
 
-def check_messages(messages: Iterable[AnyRow]) -> list[dict[str, Any]]:
+def check_messages(messages: Iterable[AnyRow]) -> list[CheckMessage]:
     """A check's messages, their bodies included while the payload stays within
     ``CHECK_PAYLOAD_BYTES`` (the SDK's check endpoints refuse a body over 1 MiB): past it, a
     message comes without its body, marked ``"body_omitted": true`` with its size in
     ``"body_bytes"`` (a check is answered from the transaction's id; RocketMQ's listener
     may read the body, so the first messages keep theirs)."""
-    out: list[dict[str, Any]] = []
+    out: list[CheckMessage] = []
     used = 0
     for m in messages:
-        entry = {"message_id": m.message_id, "topic": m.topic, **message_meta(m)}
-        body = body_fields(m.body, m.body_is_text)
-        size = len(orjson.dumps({**entry, **body}))
-        if used + size <= CHECK_PAYLOAD_BYTES:
-            entry.update(body)
-        else:
-            entry.update(body_omitted=True, body_bytes=len(m.body))
+        entry = in_check(m)
+        size = len(orjson.dumps(entry))
+        if used + size > CHECK_PAYLOAD_BYTES:
+            entry = in_check(m, with_body=False)
             size = len(orjson.dumps(entry))
         used += size
         out.append(entry)

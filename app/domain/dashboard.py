@@ -21,6 +21,7 @@ from app.domain import clock
 from app.domain import subscriptions as subs
 from app.domain.names import check_name, is_valid_transaction_id
 from app.errors import InvalidRequest, NotFound
+from app.problems import ProblemCode
 from app.storage import checks, log
 from app.storage import groups as group_store
 from app.storage import topics as topic_store
@@ -117,14 +118,14 @@ def parse_state(state: str | None) -> State | None:
         return None
     if state not in State.__members__:
         raise InvalidRequest(f"state must be one of {', '.join(State)}",
-                             code="invalid_query_parameter", parameter="state")
+                             code=ProblemCode.INVALID_QUERY_PARAMETER, parameter="state")
     return State(state)
 
 
 def parse_group(group: str | None) -> str | None:
     if not group:
         return None
-    return check_name("producer group name", group, code="invalid_query_parameter",
+    return check_name("producer group name", group, code=ProblemCode.INVALID_QUERY_PARAMETER,
                       parameter="group")
 
 
@@ -183,7 +184,7 @@ def transaction(engine: Engine, group: str, transaction_id: str) -> TransactionV
         row = txn_store.get_txn(conn, group, transaction_id)
         if row is None:
             raise NotFound(f"no transaction {transaction_id!r} in producer group {group!r}",
-                           code="transaction_not_found")
+                           code=ProblemCode.TRANSACTION_NOT_FOUND)
         messages = txn_store.messages_without_bodies(conn, row.id)
         offsets = {m.message_id: m.queue_offset
                    for m in txn_store.committed_offsets(conn, [row.id])[row.id]}
@@ -257,7 +258,7 @@ def message(engine: Engine, message_id: str) -> dict[str, Any]:
         row = log.message_preview(conn, message_id.upper(), DETAIL_BYTES)
         discarded = log.discard_entries(conn, [row.message_id]) if row else []
     if row is None:
-        raise NotFound(f"no message {message_id!r}", code="message_not_found")
+        raise NotFound(f"no message {message_id!r}", code=ProblemCode.MESSAGE_NOT_FOUND)
     preview = bytes(row.preview)
     return {"message_id": row.message_id, "topic": row.topic, "tag": row.tag,
             "keys": orjson.loads(row.keys), "properties": orjson.loads(row.properties),

@@ -18,6 +18,7 @@ from app.config import Settings
 from app.domain import clock, signing
 from app.domain.messages import ProducerGroupIn
 from app.errors import InvalidRequest, NotFound
+from app.problems import ProblemCode
 from app.storage import groups
 from app.storage.db import write_transaction
 from app.storage.schema import AnyRow
@@ -33,7 +34,8 @@ def _shape(row: AnyRow) -> dict[str, Any]:
 
 
 def _not_found(name: str) -> NotFound:
-    return NotFound(f"producer group {name!r} is not registered", code="producer_group_not_found")
+    return NotFound(f"producer group {name!r} is not registered",
+                    code=ProblemCode.PRODUCER_GROUP_NOT_FOUND)
 
 
 def _registration(conn: Connection, name: str) -> dict[str, Any]:
@@ -54,7 +56,8 @@ def register(engine: Engine, name: str, request: ProducerGroupIn) -> dict[str, A
                           keep_timeout="check_timeout_ms" not in named)
         elif not groups.change(conn, name, now, named.get("check_timeout_ms")):
             raise InvalidRequest(f"check_urls: producer group {name!r} is not registered; "
-                                 "registering it needs its check_urls", code="missing_field")
+                                 "registering it needs its check_urls",
+                                 code=ProblemCode.MISSING_FIELD)
         groups.ensure_secret(conn, name, signing.new_secret(), now)
         return _registration(conn, name)
 

@@ -8,6 +8,7 @@ from sqlalchemy import Engine
 from sqlalchemy import exc as sa_exc
 
 from app.errors import DatabaseUnavailable
+from app.problems import ProblemCode
 from app.storage.db import current_revision, head_revision, refuses_writes
 
 
@@ -17,7 +18,7 @@ class Readiness:
 
     revision: str | None
     head: str | None
-    code: str | None = None
+    code: ProblemCode | None = None
     detail: str = ""
 
 
@@ -30,12 +31,12 @@ def readiness(engine: Engine) -> Readiness:
             read_only = refuses_writes(conn)
     except (DatabaseUnavailable, sa_exc.SQLAlchemyError) as exc:
         cause = exc.__cause__ if isinstance(exc, DatabaseUnavailable) else exc
-        return Readiness(None, head, "database_unavailable",
+        return Readiness(None, head, ProblemCode.DATABASE_UNAVAILABLE,
                          f"cannot reach the database: {type(cause).__name__}")
     if read_only:
-        return Readiness(current, head, "database_unavailable",
+        return Readiness(current, head, ProblemCode.DATABASE_UNAVAILABLE,
                          "the database refuses writes (read-only, or a standby)")
     if current != head:
-        return Readiness(current, head, "schema_not_at_head",
+        return Readiness(current, head, ProblemCode.SCHEMA_NOT_AT_HEAD,
                          f"schema revision is {current}, head is {head}; run `txmsg migrate`")
     return Readiness(current, head)

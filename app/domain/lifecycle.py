@@ -27,6 +27,7 @@ from app.domain.states import Outcome
 from app.domain.trace_context import TraceContext
 from app.domain.wakeups import TopicSignal
 from app.errors import ApiError, Conflict, NotFound, UnregisteredProducerGroup
+from app.problems import ProblemCode
 from app.storage import finishes, groups, notices, sends, transactions
 from app.storage.bulk import Encoded
 from app.storage.db import write_transaction
@@ -168,7 +169,8 @@ def _sent(cmd: SendCmd) -> _Sent:
 
 def transaction_id_conflict(transaction_id: str, why: str) -> Conflict:
     """The one refusal of a send whose transaction id cannot be used (again)."""
-    return Conflict(f"transaction {transaction_id!r} {why}", code="transaction_id_conflict")
+    return Conflict(f"transaction {transaction_id!r} {why}",
+                    code=ProblemCode.TRANSACTION_ID_CONFLICT)
 
 
 def _retried_send(cmd: SendCmd, first: _Sent, created_at: datetime,
@@ -246,13 +248,14 @@ def apply_finishes(conn: Connection, cmds: Sequence[FinishCmd]) -> list[FinishRe
     for i, (cmd, row, outcome, before) in enumerate(decided):
         if row is None or before is None:  # both None together: no such transaction
             out.append(NotFound(f"no transaction {cmd.transaction_id!r} in producer group "
-                                f"{cmd.group!r}", code="transaction_not_found"))
+                                f"{cmd.group!r}", code=ProblemCode.TRANSACTION_NOT_FOUND))
         elif i in refused:
             out.append(refused[i])
         elif outcome is Outcome.CONFLICT:
             out.append(Conflict(
                 f"cannot {cmd.op.value.lower()} transaction {cmd.transaction_id!r}: "
-                f"it is {before.value}", code="invalid_state_transition", state=before.value))
+                f"it is {before.value}",
+                code=ProblemCode.INVALID_STATE_TRANSITION, state=before.value))
         else:
             body: dict[str, Any] = {"transaction_id": cmd.transaction_id,
                                     "state": states.target(cmd.op).value}

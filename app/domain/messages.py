@@ -50,6 +50,7 @@ from app.domain.names import (
     is_valid_transaction_id,
 )
 from app.errors import ApiError, InvalidRequest, PayloadTooLarge
+from app.problems import ProblemCode
 
 MAX_MESSAGES = 1000
 MAX_PROPERTIES = 128
@@ -83,7 +84,7 @@ CallbackUrl = Annotated[StrictStr, Field(
                  "(`callback_url_not_allowed`)."))]
 
 
-def _custom(code: str, message: str) -> PydanticCustomError:
+def _custom(code: ProblemCode, message: str) -> PydanticCustomError:
     return PydanticCustomError(code, message)
 
 
@@ -97,13 +98,13 @@ def _callback_url(url: str, info: ValidationInfo) -> str:
 
 
 @functools.lru_cache(maxsize=1024)
-def _send_topic_refusal(topic: str) -> str | None:
+def _send_topic_refusal(topic: str) -> ProblemCode | None:
     """The code refusing a send to ``topic``, or None. Cached: the messages of a send
     mostly name one topic, and each is checked (``MessageIn._topic`` looks up only names
     short enough to be valid, so that the cache holds short strings only)."""
     if not is_valid_name(topic):
-        return "invalid_topic"
-    return "reserved_topic" if is_reserved_topic(topic) else None
+        return ProblemCode.INVALID_TOPIC
+    return ProblemCode.RESERVED_TOPIC if is_reserved_topic(topic) else None
 
 
 class MessageIn(BaseModel):
@@ -136,21 +137,22 @@ class MessageIn(BaseModel):
         if value is None:
             return None
         if not isinstance(value, str):
-            raise _custom("invalid_type", "deliver_at must be an RFC 3339 string")
+            raise _custom(ProblemCode.INVALID_TYPE, "deliver_at must be an RFC 3339 string")
         try:
             when = datetime.fromisoformat(value)
         except ValueError:
-            raise _custom("invalid_deliver_at",
+            raise _custom(ProblemCode.INVALID_DELIVER_AT,
                           f"deliver_at {value[:64]!r} is not an RFC 3339 time") from None
         if when.tzinfo is None:
-            raise _custom("invalid_deliver_at", "deliver_at needs a UTC offset (or Z)")
+            raise _custom(ProblemCode.INVALID_DELIVER_AT, "deliver_at needs a UTC offset (or Z)")
         try:
             utc = when.astimezone(UTC)  # as it is stored
         except OverflowError:  # the year 1 or 9999 moved past the calendar's end
-            raise _custom("invalid_deliver_at",
+            raise _custom(ProblemCode.INVALID_DELIVER_AT,
                           f"deliver_at {value[:64]!r} is out of the calendar") from None
         if utc > latest_delivery(clock.utcnow()):
-            raise _custom("out_of_range", f"deliver_at is at most {MAX_DELAY_MS // 86_400_000} "
+            raise _custom(ProblemCode.OUT_OF_RANGE,
+                          f"deliver_at is at most {MAX_DELAY_MS // 86_400_000} "
                           "days ahead (as deliver_after_ms)")
         return when
 
@@ -159,35 +161,36 @@ class MessageIn(BaseModel):
     def _topic(cls, topic: str) -> str:
         if len(topic) <= NAME_MAX_LENGTH and _send_topic_refusal(topic) is None:
             return topic
-        check_name_field("topic", topic, code="invalid_topic")
-        raise _custom("reserved_topic", f"topic {topic!r} is reserved and cannot be sent to")
+        check_name_field("topic", topic, code=ProblemCode.INVALID_TOPIC)
+        raise _custom(ProblemCode.RESERVED_TOPIC,
+                      f"topic {topic!r} is reserved and cannot be sent to")
 
     @field_validator("tag")
     @classmethod
     def _tag(cls, tag: str | None) -> str | None:
         # stored as text: PostgreSQL text cannot hold NUL
         if tag is not None and "\x00" in tag:
-            raise _custom("invalid_tag", "tag must not contain NUL characters")
+            raise _custom(ProblemCode.INVALID_TAG, "tag must not contain NUL characters")
         return tag
 
     @field_validator("properties")
     @classmethod
     def _properties(cls, props: dict[str, str]) -> dict[str, str]:
         if len(props) > MAX_PROPERTIES:
-            raise _custom("too_many_properties",
+            raise _custom(ProblemCode.TOO_MANY_PROPERTIES,
                           f"at most {MAX_PROPERTIES} properties, got {len(props)}")
         size = sum(len(k.encode()) + len(v.encode()) for k, v in props.items())
         if size > MAX_PROPERTIES_BYTES:
-            raise _custom("properties_too_large",
+            raise _custom(ProblemCode.PROPERTIES_TOO_LARGE,
                           f"properties take {size} bytes, at most {MAX_PROPERTIES_BYTES}")
         return props
 
     @model_validator(mode="after")
     def _one_body(self, info: ValidationInfo) -> MessageIn:
         if (self.body is None) == (self.body_base64 is None):
-            raise _custom("invalid_body", "give exactly one of body or body_base64")
+            raise _custom(ProblemCode.INVALID_BODY, "give exactly one of body or body_base64")
         if self.deliver_after_ms is not None and self.deliver_at is not None:
-            raise _custom("invalid_deliver_at", "give at most one of deliver_after_ms or "
+            raise _custom(ProblemCode.INVALID_DELIVER_AT, "give at most one of deliver_after_ms or "
                           "deliver_at")
         try:
             # the cache of ``raw_body``, filled here: its first read takes a lock (3.11)
@@ -195,10 +198,10 @@ class MessageIn(BaseModel):
         except (binascii.Error, ValueError):
             if self.body_base64 is None:
                 raise
-            raise _custom("invalid_base64", "body_base64 is not valid base64") from None
+            raise _custom(ProblemCode.INVALID_BASE64, "body_base64 is not valid base64") from None
         limit = (info.context or {}).get("max_body_bytes")
         if limit is not None and len(raw) > limit:
-            raise _custom("body_too_large", f"body is {len(raw)} bytes, at most {limit}")
+            raise _custom(ProblemCode.BODY_TOO_LARGE, f"body is {len(raw)} bytes, at most {limit}")
         return self
 
     @functools.cached_property
@@ -236,21 +239,21 @@ class AckIn(BaseModel):
     @field_validator("topic")
     @classmethod
     def _topic(cls, topic: str) -> str:
-        check_name_field("topic", topic, code="invalid_topic")
+        check_name_field("topic", topic, code=ProblemCode.INVALID_TOPIC)
         if is_internal_topic(topic):
-            raise _custom("reserved_topic", f"topic {topic!r} is internal")
+            raise _custom(ProblemCode.RESERVED_TOPIC, f"topic {topic!r} is internal")
         return topic
 
     @field_validator("subscription")
     @classmethod
     def _subscription(cls, name: str) -> str:
-        return check_name_field("subscription", name, code="invalid_subscription")
+        return check_name_field("subscription", name, code=ProblemCode.INVALID_SUBSCRIPTION)
 
     @field_validator("offsets")
     @classmethod
     def _offsets(cls, offsets: list[int]) -> list[int]:
         if any(o < 0 or o > MAX_INT64 for o in offsets):
-            raise _custom("invalid_offset", f"offsets are integers 0..{MAX_INT64}")
+            raise _custom(ProblemCode.INVALID_OFFSET, f"offsets are integers 0..{MAX_INT64}")
         return offsets
 
 
@@ -278,7 +281,7 @@ class TransactionOptions(BaseModel):
     @classmethod
     def _txid(cls, txid: str | None) -> str | None:
         if txid is not None and not is_valid_transaction_id(txid):
-            raise _custom("invalid_transaction_id", TRANSACTION_ID_RULE)
+            raise _custom(ProblemCode.INVALID_TRANSACTION_ID, TRANSACTION_ID_RULE)
         return txid
 
     @field_validator("check_url")
@@ -293,7 +296,7 @@ class TransactionIn(TransactionOptions):
     @model_validator(mode="after")
     def _ack_count(self) -> TransactionIn:
         if self.acks and sum(len(a.offsets) for a in self.acks) > MAX_ACK_OFFSETS:
-            raise _custom("too_many_acks", f"at most {MAX_ACK_OFFSETS} offsets in acks")
+            raise _custom(ProblemCode.TOO_MANY_ACKS, f"at most {MAX_ACK_OFFSETS} offsets in acks")
         return self
 
     def ack_set(self) -> dict[tuple[str, str], list[int]]:
@@ -364,21 +367,26 @@ class TopicRetentionIn(BaseModel):
 
 
 _SINGLE_MESSAGE_FIELDS = frozenset(MessageIn.model_fields)
-_STATUS_BY_CODE: dict[str, type[ApiError]] = {"body_too_large": PayloadTooLarge}
+_STATUS_BY_CODE: dict[str, type[ApiError]] = {ProblemCode.BODY_TOO_LARGE: PayloadTooLarge}
 _CODE_BY_PYDANTIC_TYPE = {
-    "missing": "missing_field",
-    "literal_error": "invalid_value",
-    "extra_forbidden": "unknown_field",
-    "too_short": "invalid_length",
-    "too_long": "invalid_length",
-    "string_too_short": "invalid_length",
-    "string_too_long": "invalid_length",
-    "model_type": "invalid_type",
-    "dict_type": "invalid_type",
-    "list_type": "invalid_type",
-    "string_type": "invalid_type",
-    "int_type": "invalid_type",
+    "missing": ProblemCode.MISSING_FIELD,
+    "literal_error": ProblemCode.INVALID_VALUE,
+    "extra_forbidden": ProblemCode.UNKNOWN_FIELD,
+    "too_short": ProblemCode.INVALID_LENGTH,
+    "too_long": ProblemCode.INVALID_LENGTH,
+    "string_too_short": ProblemCode.INVALID_LENGTH,
+    "string_too_long": ProblemCode.INVALID_LENGTH,
+    "model_type": ProblemCode.INVALID_TYPE,
+    "dict_type": ProblemCode.INVALID_TYPE,
+    "list_type": ProblemCode.INVALID_TYPE,
+    "string_type": ProblemCode.INVALID_TYPE,
+    "int_type": ProblemCode.INVALID_TYPE,
+    "greater_than_equal": ProblemCode.OUT_OF_RANGE,
+    "less_than_equal": ProblemCode.OUT_OF_RANGE,
+    "greater_than": ProblemCode.OUT_OF_RANGE,
+    "less_than": ProblemCode.OUT_OF_RANGE,
 }
+_CODES = frozenset(ProblemCode)
 
 
 def parse_transaction(payload: Any, *, max_body_bytes: int,
@@ -410,7 +418,8 @@ Model = TypeVar("Model", bound=BaseModel)
 
 def _validate(model: type[Model], payload: Any, context: dict[str, Any] | None) -> Model:
     if not isinstance(payload, dict):
-        raise InvalidRequest("the request body must be a JSON object", code="invalid_body_type")
+        raise InvalidRequest("the request body must be a JSON object",
+                             code=ProblemCode.INVALID_BODY_TYPE)
     try:
         return model.model_validate(payload, context=context)
     except ValidationError as exc:
@@ -420,15 +429,26 @@ def _validate(model: type[Model], payload: Any, context: dict[str, Any] | None) 
 def _to_api_error(exc: ValidationError) -> ApiError:
     errors = exc.errors(include_url=False, include_input=False, include_context=False)
     first = next((e for e in errors if e["type"] in _STATUS_BY_CODE), errors[0])
-    code = _CODE_BY_PYDANTIC_TYPE.get(first["type"], first["type"])
-    if code.endswith(("_parsing", "_type")) or code.startswith(("int_", "string_", "list_")):
-        code = "invalid_type" if "type" in code or "parsing" in code else "invalid_value"
-    if code in ("greater_than_equal", "less_than_equal", "greater_than", "less_than"):
-        code = "out_of_range"
+    code = _problem_code(first["type"])
     where = ".".join(str(p) for p in first["loc"]) or "body"
     details = [{"field": ".".join(str(p) for p in e["loc"]), "message": e["msg"]} for e in errors]
     cls = _STATUS_BY_CODE.get(code, InvalidRequest)
     return cls(f"{where}: {first['msg']}", code=code, errors=details)
+
+
+def _problem_code(error_type: str) -> ProblemCode:
+    """A validation error's code: a custom error's type is its code; pydantic's own types
+    are named by what was wrong (a type, a length, a range; any other: the value)."""
+    mapped = _CODE_BY_PYDANTIC_TYPE.get(error_type)
+    if mapped is not None:
+        return mapped
+    if error_type in _CODES:
+        return ProblemCode(error_type)
+    if (error_type.endswith(("_parsing", "_type"))
+            or error_type.startswith(("int_", "string_", "list_"))):
+        return (ProblemCode.INVALID_TYPE if "type" in error_type or "parsing" in error_type
+                else ProblemCode.INVALID_VALUE)
+    return ProblemCode.INVALID_VALUE
 
 
 def parse_body(model: type[M], payload: Any) -> M:

@@ -14,6 +14,7 @@ from pydantic import Field, StrictStr
 from pydantic_core import PydanticCustomError
 
 from app.errors import InvalidRequest
+from app.problems import ProblemCode
 
 NAME_MAX_LENGTH = 127
 # a name without its anchors, for patterns that embed one (a scope: ``produce:<name>``)
@@ -66,7 +67,7 @@ def name_refusal(what: str, name: object) -> str | None:
     return f"{what} {shown!r} must match {NAME_PATTERN}"
 
 
-def check_name(what: str, name: str, *, code: str, **extra: Any) -> str:
+def check_name(what: str, name: str, *, code: ProblemCode, **extra: Any) -> str:
     """``name``, if it is the name of a ``what``; else ``InvalidRequest`` with ``code``
     (and ``extra``: the query ``parameter`` it came in)."""
     refusal = name_refusal(what, name)
@@ -75,7 +76,7 @@ def check_name(what: str, name: str, *, code: str, **extra: Any) -> str:
     return name
 
 
-def check_name_field(what: str, name: str, *, code: str) -> str:
+def check_name_field(what: str, name: str, *, code: ProblemCode) -> str:
     """``check_name`` for a model's field validator: the refusal as pydantic's error, so
     that the body's validation reports it with its field."""
     refusal = name_refusal(what, name)
@@ -85,14 +86,14 @@ def check_name_field(what: str, name: str, *, code: str) -> str:
 
 
 def check_group_name(name: str) -> str:
-    return check_name("producer group name", name, code="invalid_producer_group")
+    return check_name("producer group name", name, code=ProblemCode.INVALID_PRODUCER_GROUP)
 
 
 def check_readable_topic(topic: str) -> str:
-    check_name("topic name", topic, code="invalid_topic")
+    check_name("topic name", topic, code=ProblemCode.INVALID_TOPIC)
     if is_internal_topic(topic):
         raise InvalidRequest(f"topic {topic!r} is internal and cannot be read",
-                             code="reserved_topic")
+                             code=ProblemCode.RESERVED_TOPIC)
     return topic
 
 
@@ -102,13 +103,14 @@ def is_valid_transaction_id(transaction_id: object) -> bool:
 
 def check_transaction_id(transaction_id: str) -> str:
     if not is_valid_transaction_id(transaction_id):
-        raise InvalidRequest(TRANSACTION_ID_RULE, code="invalid_transaction_id")
+        raise InvalidRequest(TRANSACTION_ID_RULE, code=ProblemCode.INVALID_TRANSACTION_ID)
     return transaction_id
 
 
 def check_message_id(message_id: str) -> str:
     if not is_valid_transaction_id(message_id):  # same shape: no server id can fail it
-        raise InvalidRequest(f"message id {message_id!r} is malformed", code="invalid_message_id")
+        raise InvalidRequest(f"message id {message_id!r} is malformed",
+                             code=ProblemCode.INVALID_MESSAGE_ID)
     return message_id
 
 

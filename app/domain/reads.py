@@ -2,45 +2,23 @@
 
 from __future__ import annotations
 
-import base64
 from collections.abc import Collection, Mapping
 from typing import Any, NamedTuple
 
-import orjson
 from sqlalchemy import Engine
 
 from app.domain import clock
+from app.domain import message_shapes as shapes
 from app.domain.access import CONSUME, PRODUCE, UNRESTRICTED, Principal
 from app.domain.limits import offset_plus
+from app.domain.message_shapes import Message
 from app.errors import Forbidden, InvalidRequest, NotFound
+from app.problems import ProblemCode
 from app.storage import checks, log, topics, transactions
 from app.storage.db import read_connection
 from app.storage.replica import Reads
 from app.storage.schema import AnyRow
 from app.vocabulary import State
-
-
-def body_fields(body: bytes, is_text: bool) -> dict[str, str]:
-    if is_text:
-        return {"body": bytes(body).decode()}
-    return {"body_base64": base64.b64encode(body).decode()}
-
-
-def message_as_read(row: AnyRow) -> dict[str, Any]:
-    """A committed message as a read shows it (a topic's page, a receive;
-    ``app.storage.log.as_read``), to be written as JSON: its keys and properties are the
-    JSON text they are stored as (not parsed to be written again)."""
-    return {"offset": row.queue_offset, "message_id": row.message_id,
-            "transaction_id": row.transaction_id, "producer_group": row.producer_group,
-            "keys": orjson.Fragment(row.keys), "tag": row.tag,
-            "properties": orjson.Fragment(row.properties),
-            **body_fields(row.body, row.body_is_text),
-            "created_at": row.created_at, "committed_at": row.committed_at}
-
-
-def message_meta(row: AnyRow) -> dict[str, Any]:
-    return {"keys": orjson.loads(row.keys), "tag": row.tag,
-            "properties": orjson.loads(row.properties)}
 
 
 def _transaction(row: AnyRow, messages: list[AnyRow], offsets: dict[str, int]) -> dict[str, Any]:
@@ -53,12 +31,7 @@ def _transaction(row: AnyRow, messages: list[AnyRow], offsets: dict[str, int]) -
     }
     if row.state == State.PREPARED:
         out["next_check_at"] = row.next_check_at
-    out["messages"] = []
-    for m in messages:
-        item = {"message_id": m.message_id, "topic": m.topic, **message_meta(m)}
-        if m.message_id in offsets:
-            item["offset"] = offsets[m.message_id]
-        out["messages"].append(item)
+    out["messages"] = [shapes.in_transaction(m, offsets.get(m.message_id)) for m in messages]
     return out
 
 
@@ -70,7 +43,7 @@ def get_transaction(engine: Engine, group: str, transaction_id: str, *,
         row, messages = transactions.transaction_as_read(conn, group, transaction_id)
         if row is None:
             raise NotFound(f"no transaction {transaction_id!r} in producer group {group!r}",
-                           code="transaction_not_found")
+                           code=ProblemCode.TRANSACTION_NOT_FOUND)
         offsets = {}
         if row.state == State.COMMITTED:
             offsets = {m.message_id: m.queue_offset for m in messages}
@@ -87,7 +60,7 @@ def list_transactions(engine: Engine, group: str | None, state: str | None, afte
     """Transactions in id order (oldest first), of ``group`` or of every group if None."""
     if state is not None and state not in State.__members__:
         raise InvalidRequest(f"state must be one of {', '.join(State)}",
-                             code="invalid_query_parameter", parameter="state")
+                             code=ProblemCode.INVALID_QUERY_PARAMETER, parameter="state")
     wanted = State(state) if state is not None else None
     with read_connection(engine) as conn:
         rows = transactions.list_txns(conn, group, wanted, after, limit)
@@ -108,7 +81,7 @@ def read_topic(engine: Engine, topic: str, from_offset: int, limit: int,
             from_offset = first
             first, rows = log.read_page(conn, topic, from_offset,
                                         offset_plus(from_offset, limit), max_bytes)
-    messages = [message_as_read(r) for r in rows]
+    messages = [shapes.as_read(r) for r in rows]
     next_offset = rows[-1].queue_offset + 1 if rows else from_offset
     return {"topic": topic, "messages": messages, "next_offset": next_offset,
             "first_offset": first}
@@ -124,7 +97,7 @@ def list_topics(engine: Engine, after: str, limit: int,
 
 
 def message_not_found(message_id: str) -> NotFound:
-    return NotFound(f"no message {message_id!r}", code="message_not_found")
+    return NotFound(f"no message {message_id!r}", code=ProblemCode.MESSAGE_NOT_FOUND)
 
 
 def check_may_read(principal: Principal, message: Mapping[str, Any], message_id: str) -> None:
@@ -144,7 +117,7 @@ def check_may_read(principal: Principal, message: Mapping[str, Any], message_id:
 
 
 def get_message(engine: Engine | Reads, message_id: str,
-                principal: Principal = UNRESTRICTED) -> dict[str, Any]:
+                principal: Principal = UNRESTRICTED) -> Message:
     """One message as ``principal`` may see it (``check_may_read``). Looked up in
     ``Reads`` (a replica that may lag), a message it does not have yet is looked up on
     the primary before answering 404: its id came from a send answered by the primary."""
@@ -156,16 +129,8 @@ def get_message(engine: Engine | Reads, message_id: str,
            else lookup(engine))
     if row is None:
         raise message_not_found(message_id)
-    out: dict[str, Any] = {
-        "message_id": row.message_id, "transaction_id": row.transaction_id,
-        "producer_group": row.producer_group, "state": row.state, "topic": row.topic,
-        **message_meta(row), **body_fields(row.body, row.body_is_text),
-        "created_at": row.created_at,
-    }
+    out = shapes.by_id(row)
     check_may_read(principal, out, message_id)
-    if row.queue_offset is not None:
-        out["offset"] = row.queue_offset
-        out["committed_at"] = row.committed_at
     return out
 
 

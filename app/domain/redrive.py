@@ -19,7 +19,6 @@ or finished by the next redrive of their topic.
 
 from __future__ import annotations
 
-import base64
 import logging
 import uuid
 from collections.abc import Sequence
@@ -32,9 +31,11 @@ from sqlalchemy import exc as sa_exc
 
 from app.domain import clock, groups
 from app.domain.lifecycle import Lifecycle
+from app.domain.message_shapes import body_fields
 from app.domain.messages import MessageIn, ProducerGroupIn, TransactionIn
 from app.domain.names import check_readable_topic, is_reserved_topic
 from app.errors import Conflict, InvalidRequest, NotFound
+from app.problems import ProblemCode
 from app.storage import redrives as store
 from app.storage.db import write_transaction
 from app.vocabulary import Op
@@ -57,10 +58,11 @@ def parse_offsets(text: str | None) -> tuple[int | None, int | None]:
         last = (int(hi) if hi.strip() else None) if sep else first
     except ValueError:
         raise InvalidRequest(f"offsets {text!r}: give a..b, a.., ..b or n",
-                             code="invalid_offsets") from None
+                             code=ProblemCode.INVALID_OFFSETS) from None
     if (first is not None and first < 0) or (first is not None and last is not None
                                              and last < first):
-        raise InvalidRequest(f"offsets {text!r}: not a range of offsets", code="invalid_offsets")
+        raise InvalidRequest(f"offsets {text!r}: not a range of offsets",
+                             code=ProblemCode.INVALID_OFFSETS)
     return first, last
 
 
@@ -74,7 +76,7 @@ def redrive(engine: Engine, lifecycle: Lifecycle, dlq_topic: str, *, first: int 
         check_readable_topic(to)
         if is_reserved_topic(to):
             raise InvalidRequest(f"topic {to!r} is reserved and cannot be sent to",
-                                 code="reserved_topic")
+                                 code=ProblemCode.RESERVED_TOPIC)
     _registered(engine)
     done: list[dict[str, Any]] = []
     with write_transaction(engine) as conn:
@@ -94,7 +96,7 @@ def redrive(engine: Engine, lifecycle: Lifecycle, dlq_topic: str, *, first: int 
                 store.claim(conn, dlq_topic, targets, redrive_id, clock.utcnow())
             except sa_exc.IntegrityError:
                 raise Conflict(f"another redrive of {dlq_topic!r} is running",
-                               code="redrive_running") from None
+                               code=ProblemCode.REDRIVE_RUNNING) from None
         done += _publish(engine, lifecycle, dlq_topic, redrive_id, batch, targets, source)
         if len(batch) < batch_size:
             break
@@ -115,7 +117,8 @@ def _target(row: Any, to: str | None) -> str:
     real = orjson.loads(row.properties).get("REAL_TOPIC")
     if not real:
         raise InvalidRequest(f"offset {row.queue_offset} has no REAL_TOPIC property: not a "
-                             "dead letter; give the topic to redrive to", code="no_real_topic")
+                             "dead letter; give the topic to redrive to",
+                             code=ProblemCode.NO_REAL_TOPIC)
     return str(real)
 
 
@@ -139,8 +142,7 @@ def _publish(engine: Engine, lifecycle: Lifecycle, dlq_topic: str, redrive_id: s
 
 
 def _message(row: Any, topic: str) -> MessageIn:
-    body: dict[str, Any] = ({"body": row.body.decode()} if row.body_is_text
-                            else {"body_base64": base64.b64encode(row.body).decode()})
+    body = body_fields(row.body, row.body_is_text)
     return MessageIn.model_validate({"topic": topic, **body, "keys": orjson.loads(row.keys),
                                      "tag": row.tag, "properties": orjson.loads(row.properties)})
 

@@ -36,6 +36,7 @@ from app.config import Settings
 from app.domain import clock
 from app.domain.messages import TopicRetentionIn
 from app.errors import NotFound
+from app.problems import ProblemCode
 from app.storage import retention as store
 from app.storage import subscriptions
 from app.storage import topics as topic_store
@@ -226,7 +227,7 @@ def get_topic(engine: Engine, settings: Settings, topic: str) -> dict[str, Any]:
     with engine.connect() as conn:
         state = topic_store.get_topic(conn, topic)
     if state is None:
-        raise NotFound(f"no topic {topic!r}", code="topic_not_found")
+        raise NotFound(f"no topic {topic!r}", code=ProblemCode.TOPIC_NOT_FOUND)
     return _topic(state, settings.retention_seconds)
 
 

@@ -13,6 +13,7 @@ from sqlalchemy import Connection, Engine
 from app.domain import clock, leasing
 from app.domain.subscription_settings import describe, found, not_found
 from app.errors import DatabaseUnavailable, InvalidRequest
+from app.problems import ProblemCode
 from app.storage import subscription_acks as acks
 from app.storage import subscriptions as store
 from app.storage import topics
@@ -110,6 +111,6 @@ def seek(engine: Engine, topic: str, name: str, offset: int) -> dict[str, Any]:
         _, nxt = topics.topic_ends(conn, topic)
         if offset > nxt:
             raise InvalidRequest(f"offset {offset} is past the topic's next offset {nxt}",
-                                 code="offset_out_of_range", next_offset=nxt)
+                                 code=ProblemCode.OFFSET_OUT_OF_RANGE, next_offset=nxt)
         store.reset(conn, sub.id, topic, offset, clock.utcnow())
         return describe(conn, found(conn, topic, name), clock.utcnow())

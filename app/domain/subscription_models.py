@@ -18,6 +18,7 @@ from app.domain.limits import (
 )
 from app.domain.names import TopicName, check_name, check_name_field, is_reserved_topic
 from app.errors import InvalidRequest
+from app.problems import ProblemCode
 
 MAX_RECEIVE = 1000
 MAX_WAIT_MS = 30_000
@@ -48,7 +49,7 @@ class BackoffIn(BaseModel):
         if self.model_fields_set >= {"min_ms", "max_ms"}:
             why = backoff_refusal(self.min_ms, self.max_ms)
             if why is not None:
-                raise _custom("invalid_backoff", why)
+                raise _custom(ProblemCode.INVALID_BACKOFF, why)
         return self
 
 
@@ -85,9 +86,10 @@ class SubscriptionIn(BaseModel):
     def _dead_letter_topic(cls, topic: str | None) -> str | None:
         if topic is None:
             return None
-        check_name_field("dead_letter_topic", topic, code="invalid_topic")
+        check_name_field("dead_letter_topic", topic, code=ProblemCode.INVALID_TOPIC)
         if is_reserved_topic(topic):
-            raise _custom("reserved_topic", f"topic {topic!r} is reserved and cannot be a "
+            raise _custom(ProblemCode.RESERVED_TOPIC,
+                          f"topic {topic!r} is reserved and cannot be a "
                           "dead-letter topic")
         return topic
 
@@ -109,7 +111,7 @@ class OffsetsIn(BaseModel):
     @classmethod
     def _offsets(cls, offsets: list[int]) -> list[int]:
         if any(o < 0 or o > MAX_INT64 for o in offsets):
-            raise _custom("invalid_offset", f"offsets are integers 0..{MAX_INT64}")
+            raise _custom(ProblemCode.INVALID_OFFSET, f"offsets are integers 0..{MAX_INT64}")
         return offsets
 
 
@@ -129,7 +131,7 @@ class SeekIn(BaseModel):
 
 
 def check_subscription_name(name: str) -> str:
-    return check_name("subscription name", name, code="invalid_subscription")
+    return check_name("subscription name", name, code=ProblemCode.INVALID_SUBSCRIPTION)
 
 
 def default_dead_letter_topic(topic: str, name: str) -> str:
@@ -142,7 +144,7 @@ def dead_letter_topic(topic: str, name: str, request: SubscriptionIn) -> str:
     dead_letter = request.dead_letter_topic or default_dead_letter_topic(topic, name)
     if dead_letter == topic:
         raise InvalidRequest(f"dead_letter_topic {topic!r} is the subscription's own topic",
-                             code="invalid_dead_letter_topic")
+                             code=ProblemCode.INVALID_DEAD_LETTER_TOPIC)
     return dead_letter
 
 
@@ -183,5 +185,5 @@ def _dead_letter_topic_to_store(topic: str, name: str, request: SubscriptionIn) 
     dead_letter = dead_letter_topic(topic, name, request)
     if request.dead_letter_topic is None:
         check_name("the default dead-letter topic (give dead_letter_topic)", dead_letter,
-                   code="invalid_dead_letter_topic")
+                   code=ProblemCode.INVALID_DEAD_LETTER_TOPIC)
     return dead_letter

@@ -12,8 +12,8 @@ from sqlalchemy import Connection, Engine
 
 from app.domain import clock, leasing
 from app.domain.limits import MAX_INT64, offset_plus, within_budget
+from app.domain.message_shapes import ReceivedMessage, as_received
 from app.domain.names import new_message_ids
-from app.domain.reads import message_as_read
 from app.domain.subscription_settings import found
 from app.storage import log
 from app.storage import subscription_acks as acks
@@ -37,7 +37,7 @@ def anything_due(engine: Engine, topic: str, name: str) -> bool:
 
 @dataclass
 class Received:
-    messages: list[dict[str, Any]]
+    messages: list[ReceivedMessage]
     dead_lettered: int = 0
     dead_letter_topic: str = ""
     redelivered: int = 0
@@ -63,7 +63,7 @@ def receive(engine: Engine, topic: str, name: str, max_messages: int,
     with engine.connect() as conn:
         rows = log.read_at(conn, topic, list(leased.picked))
     leased.received.messages = [
-        {**message_as_read(r), "redelivery_count": leased.picked[r.queue_offset]} for r in rows]
+        as_received(r, leased.picked[r.queue_offset]) for r in rows]
     return leased.received
 
 
@@ -75,7 +75,7 @@ def _first_deliveries(engine: Engine, topic: str, name: str, max_messages: int,
                                        deliveries=leasing.FIRST_DELIVERY)
     if rows is None:
         return None
-    return Received([{**message_as_read(r), "redelivery_count": 0} for r in rows])
+    return Received([as_received(r, 0) for r in rows])
 
 
 @dataclass

@@ -12,6 +12,7 @@ from sqlalchemy import Connection, Engine
 from app.domain import clock
 from app.domain.subscription_models import SubscriptionIn, backoff_refusal, named_settings
 from app.errors import InvalidRequest, NotFound
+from app.problems import ProblemCode
 from app.storage import subscriptions as store
 from app.storage import topics
 from app.storage.db import write_transaction
@@ -47,7 +48,7 @@ def found(conn: Connection, topic: str, name: str, *, lock: bool = False) -> Any
 
 def not_found(topic: str, name: str) -> NotFound:
     return NotFound(f"no subscription {name!r} on topic {topic!r}",
-                    code="subscription_not_found")
+                    code=ProblemCode.SUBSCRIPTION_NOT_FOUND)
 
 
 # -- administration -----------------------------------------------------------------------
@@ -80,7 +81,7 @@ def put(engine: Engine, topic: str, name: str, request: SubscriptionIn
 def _check_backoff(settings: dict[str, Any]) -> None:
     why = backoff_refusal(settings["backoff_min_ms"], settings["backoff_max_ms"])
     if why is not None:
-        raise InvalidRequest(why, code="invalid_backoff")
+        raise InvalidRequest(why, code=ProblemCode.INVALID_BACKOFF)
 
 
 def get(engine: Engine, topic: str, name: str) -> dict[str, Any]:

@@ -30,6 +30,7 @@ from app.domain import clock
 from app.domain.access import SCOPE_PATTERN, UNRESTRICTED, Principal, is_valid_scope
 from app.domain.messages import parse_body
 from app.errors import InvalidRequest, NotFound
+from app.problems import ProblemCode
 from app.storage import tokens
 from app.storage.db import write_transaction
 from app.storage.schema import AnyRow
@@ -67,7 +68,8 @@ class TokenIn(BaseModel):
     def _name(cls, name: str) -> str:
         if not name.strip() or len(name) > MAX_NAME_LENGTH or _CONTROL_RE.search(name):
             raise PydanticCustomError(
-                "invalid_token_name", f"a token name is 1..{MAX_NAME_LENGTH} characters, not "
+                ProblemCode.INVALID_TOKEN_NAME,
+                f"a token name is 1..{MAX_NAME_LENGTH} characters, not "
                 "blank, without control characters")
         return name
 
@@ -77,7 +79,7 @@ class TokenIn(BaseModel):
         for scope in scopes:
             if not is_valid_scope(scope):
                 raise PydanticCustomError(
-                    "invalid_scope", f"unknown scope {scope[:200]!r}: admin, metrics, "
+                    ProblemCode.INVALID_SCOPE, f"unknown scope {scope[:200]!r}: admin, metrics, "
                     "produce:<group>, consume:<topic> (a name or *)")
         return list(dict.fromkeys(scopes))  # repeated scopes once, in their order
 
@@ -89,7 +91,7 @@ def parse_token_request(payload: Any) -> TokenIn:
 def check_token_id(token_id: str) -> str:
     if _TOKEN_ID_RE.fullmatch(token_id) is None:
         raise InvalidRequest(f"token id {token_id[:64]!r} is malformed: 16 hex digits",
-                             code="invalid_token_id")
+                             code=ProblemCode.INVALID_TOKEN_ID)
     return token_id
 
 
@@ -122,7 +124,7 @@ def list_tokens(engine: Engine, after: int, limit: int) -> dict[str, Any]:
 def revoke(engine: Engine, token_id: str) -> None:
     with write_transaction(engine) as conn:
         if not tokens.delete_token(conn, token_id):
-            raise NotFound(f"no token {token_id!r}", code="token_not_found")
+            raise NotFound(f"no token {token_id!r}", code=ProblemCode.TOKEN_NOT_FOUND)
 
 
 class TokenGuard:

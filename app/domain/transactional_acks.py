@@ -8,6 +8,7 @@ from sqlalchemy import Connection
 from app.domain import clock
 from app.domain.subscription_settings import found
 from app.errors import Conflict
+from app.problems import ProblemCode
 from app.storage import transactional_acks as store
 from app.storage import transactions
 from app.storage.schema import AnyRow
@@ -20,11 +21,11 @@ def _refusal(row: AnyRow | None, txn_id: int, topic: str, name: str, offset: int
     none: acknowledged, or never delivered), or None."""
     if row is None or row.deliveries == 0:
         return Conflict(f"offset {offset} of subscription {name!r} on {topic!r} is not "
-                        "delivered and unacknowledged", code="ack_not_pending",
+                        "delivered and unacknowledged", code=ProblemCode.ACK_NOT_PENDING,
                         topic=topic, subscription=name, offset=offset)
     if row.held_by is not None and row.held_by != txn_id:
         return Conflict(f"offset {offset} of subscription {name!r} on {topic!r} is held "
-                        "by another unresolved transaction", code="ack_conflict",
+                        "by another unresolved transaction", code=ProblemCode.ACK_CONFLICT,
                         topic=topic, subscription=name, offset=offset)
     return None
 

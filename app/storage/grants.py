@@ -16,6 +16,7 @@ from __future__ import annotations
 from sqlalchemy import Connection, text
 
 from app.errors import NotFound
+from app.problems import ProblemCode
 from app.storage.schema import metadata
 
 VIEWS = ("committed_messages", "topic_watermarks")
@@ -29,7 +30,7 @@ def grant_to(conn: Connection, role: str) -> list[str]:
                           {"r": role}).scalar()
     if not exists:
         raise NotFound(f"no role {role!r} on this server (CREATE ROLE it first)",
-                       code="role_not_found")
+                       code=ProblemCode.ROLE_NOT_FOUND)
     quote = conn.dialect.identifier_preparer.quote
     who = quote(role)
     schema = conn.execute(text("SELECT current_schema()")).scalar_one()

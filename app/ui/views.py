@@ -37,6 +37,7 @@ from app.domain.names import (
     check_transaction_id,
 )
 from app.errors import ApiError, Forbidden, InvalidRequest
+from app.problems import ProblemCode
 from app.vocabulary import Op, State
 
 STATIC = Path(__file__).parent / "static"
@@ -253,7 +254,7 @@ def _before() -> int | None:
         return None
     if not raw.isdigit() or len(raw) > 18:
         raise InvalidRequest(f"before must be a transaction's number, got {raw[:40]!r}",
-                             code="invalid_query_parameter", parameter="before")
+                             code=ProblemCode.INVALID_QUERY_PARAMETER, parameter="before")
     return int(raw)
 
 
@@ -353,7 +354,7 @@ def topic(topic: str) -> str:
     raw = request.args.get("from_offset", "")
     if raw and (not raw.isdigit() or len(raw) > 18):
         raise InvalidRequest(f"from_offset must be an offset, got {raw[:40]!r}",
-                             code="invalid_query_parameter", parameter="from_offset")
+                             code=ProblemCode.INVALID_QUERY_PARAMETER, parameter="from_offset")
     page = dashboard.browse(state().reader, topic, int(raw) if raw else None)
     subscriptions = dashboard.topic_subscriptions(state().reader, topic)
     return render_template("topic.html", page=page, limit=dashboard.PAGE,
@@ -390,7 +391,7 @@ def message(message_id: str) -> str:
     """A message: where it is, its transaction, its properties and body."""
     if len(message_id) > 64 or not message_id.isalnum():
         raise InvalidRequest(f"{message_id[:64]!r} is not a message id",
-                             code="invalid_message_id")
+                             code=ProblemCode.INVALID_MESSAGE_ID)
     shown = dashboard.message(state().reader, message_id)
     if not any(viewer().may(CONSUME, e["topic"]) for e in shown["discarded_to"]):
         reads.check_may_read(viewer(), shown, message_id)
