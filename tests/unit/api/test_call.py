@@ -1,4 +1,4 @@
-"""A handler's ``Call``: its query, parsed once, and its integer arguments' bounds."""
+"""A handler's ``Call``: its query, parsed once, and its declared parameters' bounds."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from app.api.call import Call
+from app.api.query import LIMIT, Integer
 from app.domain.access import UNRESTRICTED
 from app.domain.limits import DEFAULT_PAGE_LIMIT, MAX_INT64, MAX_PAGE_LIMIT
 from app.errors import InvalidRequest
@@ -31,41 +32,51 @@ def test_the_query_is_parsed_once() -> None:
     assert c.query is c.query
 
 
+N = Integer("n", "n", "a test's parameter", lo=-10, default=5)
+N_TO_10 = Integer("n", "n", "a bounded one", lo=0, hi=10, default=5)
+
+
 @pytest.mark.parametrize(("query", "expected"), [
     (b"", 5),
     (b"n=0", 0),
     (b"n=-3", -3),
     (b"n=9223372036854775807", MAX_INT64),
 ])
-def test_int_arg(query: bytes, expected: int) -> None:
-    assert call(query).int_arg("n", 5, -10) == expected
+def test_an_integer_parameter(query: bytes, expected: int) -> None:
+    assert call(query, queries=(N,)).arg("n") == expected
 
 
 @pytest.mark.parametrize("raw", ["", "x", "1.0", "1e3", "1_0", "+1", " 7", "%207", "%D9%A3",
                                  "-11", "12345678901234567890"])
 def test_what_is_no_plain_integer_in_bounds_is_refused(raw: str) -> None:
     with pytest.raises(InvalidRequest) as caught:
-        call(f"n={raw}".encode()).int_arg("n", 5, -10)
+        call(f"n={raw}".encode(), queries=(N,)).arg("n")
     assert caught.value.code == "invalid_query_parameter"
     assert caught.value.extra == {"parameter": "n"}
 
 
 def test_the_refusal_names_the_bounds() -> None:
     with pytest.raises(InvalidRequest) as caught:
-        call(b"n=11").int_arg("n", 5, 0, 10)
+        call(b"n=11", queries=(N_TO_10,)).arg("n")
     assert "0..10" in caught.value.detail and "'11'" in caught.value.detail
     with pytest.raises(InvalidRequest) as caught:
-        call(b"n=-1").int_arg("n", 5, 0)
-    assert ">= 0" in caught.value.detail
+        call(b"n=-11", queries=(N,)).arg("n")
+    assert ">= -10" in caught.value.detail
 
 
-def test_limit_arg() -> None:
-    assert call().limit_arg() == DEFAULT_PAGE_LIMIT
-    assert call(b"limit=1").limit_arg() == 1
-    assert call(f"limit={MAX_PAGE_LIMIT}".encode()).limit_arg() == MAX_PAGE_LIMIT
+def test_the_page_limit() -> None:
+    assert call(queries=(LIMIT,)).arg("limit") == DEFAULT_PAGE_LIMIT
+    assert call(b"limit=1", queries=(LIMIT,)).arg("limit") == 1
+    assert call(f"limit={MAX_PAGE_LIMIT}".encode(), queries=(LIMIT,)).arg("limit") == \
+        MAX_PAGE_LIMIT
     for bad in (b"limit=0", f"limit={MAX_PAGE_LIMIT + 1}".encode()):
         with pytest.raises(InvalidRequest):
-            call(bad).limit_arg()
+            call(bad, queries=(LIMIT,)).arg("limit")
+
+
+def test_a_parameter_the_route_does_not_declare_is_a_bug() -> None:
+    with pytest.raises(LookupError):
+        call(b"n=1").arg("n")
 
 
 def test_run_calls_in_place_without_an_offload_and_through_it_with_one() -> None:

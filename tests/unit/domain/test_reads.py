@@ -1,4 +1,5 @@
-"""How reads shape messages, and who may read a message by its id."""
+"""How reads shape a committed message (``app.domain.message_shapes``), and who may read
+a message by its id."""
 
 from __future__ import annotations
 
@@ -10,13 +11,8 @@ import orjson
 import pytest
 
 from app.domain.access import Principal
-from app.domain.reads import (
-    body_fields,
-    check_may_read,
-    list_transactions,
-    message_as_read,
-    message_meta,
-)
+from app.domain.message_shapes import as_read, body_fields
+from app.domain.reads import check_may_read, list_transactions
 from app.errors import Forbidden, InvalidRequest, NotFound
 from app.vocabulary import State
 
@@ -39,18 +35,13 @@ def stored(**overrides: Any) -> Any:
 
 
 def test_a_read_message_writes_its_stored_json_as_it_is() -> None:
-    shown = message_as_read(stored())
+    shown = as_read(stored())
     assert orjson.loads(orjson.dumps(shown)) == {
         "offset": 7, "message_id": "M" * 32, "transaction_id": "t-1",
         "producer_group": "shop", "keys": ["k1", "k2"], "tag": None,
         "properties": {"a": "1"}, "body_base64": "AQ==",
         "created_at": "2024-05-01T00:00:00+00:00", "committed_at": "2024-05-01T00:00:00+00:00"}
     assert isinstance(shown["properties"], orjson.Fragment)  # not parsed and dumped again
-
-
-def test_message_meta_parses_keys_and_properties() -> None:
-    assert message_meta(stored(tag="t")) == {"keys": ["k1", "k2"], "tag": "t",
-                                             "properties": {"a": "1"}}
 
 
 def message(state: State) -> dict[str, Any]:
