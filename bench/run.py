@@ -17,7 +17,9 @@ measures, with the same N client threads throughout:
   (l) one client, one request at a time (``bench.phases.lone``, in a database of its own): each
       route's latency and the service's CPU per request, beside the floors (PostgreSQL
       alone, and a bare ASGI app on Granian)
-  plus the checker's RSS working a 100k backlog, and ``bench.phases.ingest`` when present;
+  plus the checker's RSS working a 100k backlog, ``bench.phases.ingest``, and
+  ``bench.phases.streaming`` (the streaming source's catch-up beside ingest's, and
+  commit-to-lake latency under ``txmsg ingest --follow --interval 1`` at 500 messages/s);
   and retention (``bench.phases.retention``): (b) and (d) with the retention job deleting as
   fast as they write against the same runs without it, and 10M expired rows emptied
   under a paced load (time, worst commit latency).
@@ -292,6 +294,13 @@ def _phases(plan: Plan, admin: str, db: str, pgq_db: str, results: dict[str, Any
     phase("ingest", lambda: ingest.run(
         database_url=admin, rows=plan.ingest_rows, rounds=plan.ingest_rounds,
         incremental=0 if plan.quick else 1_000, quick=plan.quick))
+    if not plan.quick:  # two Spark starts a round and a minute of load: not for a smoke run
+        from bench.phases import streaming
+
+        # the lake kept current: the streaming source's catch-up beside txmsg ingest's, and
+        # commit-to-lake latency under `ingest --follow --interval 1` (databases of their own)
+        phase("streaming", lambda: streaming.run(
+            database_url=admin, rows=plan.ingest_rows, rounds=2, rate=500, seconds=60))
 
 
 def _throughput_rounds(plan: Plan, throughput: dict[str, tuple[str, Callable[[], Any]]],

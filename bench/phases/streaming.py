@@ -208,30 +208,37 @@ def _wait(condition: Any, timeout: float) -> None:
     raise TimeoutError("timed out")
 
 
-def main() -> None:
-    p = argparse.ArgumentParser()
-    p.add_argument("--rows", type=int, default=1_000_000)
-    p.add_argument("--rounds", type=int, default=2)
-    p.add_argument("--rate", type=int, default=500)
-    p.add_argument("--seconds", type=float, default=60)
-    p.add_argument("--skip-catch-up", action="store_true")
-    args = p.parse_args()
-    env: dict[str, str] = {}
-    print(f"load at start: {os.getloadavg()}", flush=True)
+def run(database_url: str | None = None, rows: int = 1_000_000, rounds: int = 2,
+        rate: int = 500, seconds: float = 60, catch_up_too: bool = True) -> dict[str, Any]:
+    """The phase in ``make bench``: ``database_url`` is the server's admin URL (each part
+    makes a database of its own there)."""
     result: dict[str, Any] = {"load_start": os.getloadavg()}
-    if not args.skip_catch_up:
-        with bench_database() as database_url:
-            print(f"  generated {args.rows} in {generate(database_url, args.rows):.1f} s",
-                  flush=True)
-            result["catch_up"] = catch_up(database_url, args.rows, args.rounds, env)
+    if catch_up_too:
+        with bench_database(database_url) as url:
+            result["seeded_seconds"] = generate(url, rows)
+            result["catch_up"] = catch_up(url, rows, rounds, {})
             print(json.dumps({k: v for k, v in result["catch_up"].items() if k != "rounds"}),
                   flush=True)
-    with bench_database() as database_url:
-        result["freshness"] = freshness(libpq_url(database_url), database_url, args.rate,
-                                        args.seconds, env)
+    with bench_database(database_url) as url:
+        result["freshness"] = freshness(libpq_url(url), url, rate, seconds, {})
         print(json.dumps(result["freshness"]), flush=True)
     result["load_end"] = os.getloadavg()
-    print(f"load at end: {os.getloadavg()}", flush=True)
+    return result
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--rows", type=int, default=1_000_000)
+    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--rate", type=int, default=500, help="messages committed per second")
+    p.add_argument("--seconds", type=float, default=60)
+    p.add_argument("--skip-catch-up", action="store_true")
+    p.add_argument("--database-url", help="the PostgreSQL server's admin URL")
+    args = p.parse_args()
+    print(f"load at start: {os.getloadavg()}", flush=True)
+    result = run(args.database_url, args.rows, args.rounds, args.rate, args.seconds,
+                 not args.skip_catch_up)
+    print(f"load at end: {result['load_end']}", flush=True)
 
 
 if __name__ == "__main__":
