@@ -27,7 +27,7 @@ demo: $(VENV)/.installed spark-deps
 	$(PY) -m scripts.demo
 
 test: install lint
-	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+	$(PY) -m pytest -q -p no:cacheprovider --durations=25 $(PYTEST_ARGS)
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check app checker spark_outbox migrations tests scripts bench clients

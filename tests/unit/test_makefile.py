@@ -14,7 +14,9 @@ TEST_ONLY = ("chromium", "prometheus", "patroni", "etcd-server", "haproxy")
 
 def planned(target: str, tmp_path: Path) -> list[str]:
     """The commands ``make -n TARGET`` would run (a fresh virtualenv in ``tmp_path``)."""
-    done = subprocess.run(["make", "-n", target, f"VENV={tmp_path / 'venv'}"], cwd=ROOT,
+    # --no-print-directory: under another make (CI's `make test`), make prints where it is
+    done = subprocess.run(["make", "-n", "--no-print-directory", target,
+                           f"VENV={tmp_path / 'venv'}"], cwd=ROOT,
                           capture_output=True, text=True, timeout=60, check=True)
     return done.stdout.splitlines()
 
