@@ -13,60 +13,22 @@ case "$mode" in
   *) echo "usage: $0 [spark|all]" >&2; exit 2 ;;
 esac
 
-need=()
-[ -f /usr/share/java/postgresql.jar ] || need+=(libpostgresql-jdbc-java)
-[ -f /usr/share/java/sqlite-jdbc.jar ] || need+=(libxerial-sqlite-jdbc-java)
-command -v java >/dev/null 2>&1 || need+=(openjdk-17-jre-headless)
-if [ "$mode" = spark ]; then
-  if [ ${#need[@]} -gt 0 ]; then
-    sudo=""
-    [ "$(id -u)" -eq 0 ] || sudo="sudo"
-    echo "installing from Debian: ${need[*]}"
-    $sudo apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${need[@]}" >/dev/null
-  fi
-  exit 0
-fi
-# the dashboard's browser tests (tests/browser) drive Debian's headless Chromium
-[ -x /usr/bin/chromium ] || need+=(chromium)
-[ -x /usr/bin/chromedriver ] || need+=(chromium-driver)
-if [ ${#need[@]} -gt 0 ]; then
-  sudo=""
-  [ "$(id -u)" -eq 0 ] || sudo="sudo"
-  echo "installing from Debian: ${need[*]}"
-  $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${need[@]}" >/dev/null
-fi
+sudo=""
+[ "$(id -u)" -eq 0 ] || sudo="sudo"
 
-# promtool checks and unit-tests deploy/prometheus; Debian ships it in the prometheus
-# package, whose server is not wanted running on a developer's machine
-if ! command -v promtool >/dev/null 2>&1; then
-  sudo=""
-  [ "$(id -u)" -eq 0 ] || sudo="sudo"
-  echo "installing from Debian: prometheus (for promtool)"
+# install [--no-install-recommends] PACKAGE...: from Debian, quietly; nothing when none
+install() {
+  local options=()
+  if [ "${1:-}" = --no-install-recommends ]; then options+=("$1"); shift; fi
+  [ $# -gt 0 ] || return 0
+  echo "installing from Debian: $*"
   $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends \
-    prometheus >/dev/null
-  if command -v systemctl >/dev/null 2>&1; then
-    $sudo systemctl disable --now prometheus >/dev/null 2>&1 || true
-  fi
-fi
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${options[@]}" "$@" >/dev/null
+}
 
-# the high-availability tests (tests/ha) and deploy/patroni, deploy/haproxy run Debian's
-# Patroni, etcd and HAProxy; the tests start their own instances, so the system services
-# these packages enable on install are stopped and disabled
-ha_need=()
-command -v patroni >/dev/null 2>&1 || ha_need+=(patroni)
-command -v etcd >/dev/null 2>&1 || ha_need+=(etcd-server)
-command -v haproxy >/dev/null 2>&1 || ha_need+=(haproxy)
-if [ ${#ha_need[@]} -gt 0 ]; then
-  sudo=""
-  [ "$(id -u)" -eq 0 ] || sudo="sudo"
-  echo "installing from Debian: ${ha_need[*]}"
-  $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends \
-    "${ha_need[@]}" >/dev/null
-  for service in patroni etcd haproxy; do
+# unwanted SERVICE...: stopped and disabled (the tests start instances of their own)
+unwanted() {
+  for service in "$@"; do
     if command -v systemctl >/dev/null 2>&1; then
       $sudo systemctl disable --now "$service" >/dev/null 2>&1 || true
     fi
@@ -74,35 +36,49 @@ if [ ${#ha_need[@]} -gt 0 ]; then
       $sudo service "$service" stop >/dev/null 2>&1 || true
     fi
   done
+}
+
+need=()
+[ -f /usr/share/java/postgresql.jar ] || need+=(libpostgresql-jdbc-java)
+[ -f /usr/share/java/sqlite-jdbc.jar ] || need+=(libxerial-sqlite-jdbc-java)
+command -v java >/dev/null 2>&1 || need+=(openjdk-17-jre-headless)
+if [ "$mode" = spark ]; then
+  install "${need[@]}"
+  exit 0
+fi
+# the dashboard's browser tests (tests/browser) drive Debian's headless Chromium
+[ -x /usr/bin/chromium ] || need+=(chromium)
+[ -x /usr/bin/chromedriver ] || need+=(chromium-driver)
+install "${need[@]}"
+
+# promtool checks and unit-tests deploy/prometheus; Debian ships it in the prometheus
+# package, whose server is not wanted running on a developer's machine
+if ! command -v promtool >/dev/null 2>&1; then
+  install --no-install-recommends prometheus
+  unwanted prometheus
+fi
+
+# the high-availability tests (tests/ha) and deploy/patroni, deploy/haproxy run Debian's
+# Patroni, etcd and HAProxy
+ha_need=()
+command -v patroni >/dev/null 2>&1 || ha_need+=(patroni)
+command -v etcd >/dev/null 2>&1 || ha_need+=(etcd-server)
+command -v haproxy >/dev/null 2>&1 || ha_need+=(haproxy)
+if [ ${#ha_need[@]} -gt 0 ]; then
+  install --no-install-recommends "${ha_need[@]}"
+  unwanted patroni etcd haproxy
 fi
 
 # the PgBouncer tests (tests/acceptance/test_pgbouncer.py) start a private pgbouncer in
-# transaction pooling mode; the system service the package enables is not wanted
+# transaction pooling mode
 if ! command -v pgbouncer >/dev/null 2>&1 && [ ! -x /usr/sbin/pgbouncer ]; then
-  sudo=""
-  [ "$(id -u)" -eq 0 ] || sudo="sudo"
-  echo "installing from Debian: pgbouncer"
-  $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends \
-    pgbouncer >/dev/null
-  if command -v systemctl >/dev/null 2>&1; then
-    $sudo systemctl disable --now pgbouncer >/dev/null 2>&1 || true
-  fi
-  if command -v service >/dev/null 2>&1; then
-    $sudo service pgbouncer stop >/dev/null 2>&1 || true
-  fi
+  install --no-install-recommends pgbouncer
+  unwanted pgbouncer
 fi
 
 # the backup test (tests/acceptance/test_backup_restore.py) runs the runbook's pgBackRest
 # procedure on a private cluster and a repository of its own; the package has no service
-if ! command -v pgbackrest >/dev/null 2>&1; then
-  sudo=""
-  [ "$(id -u)" -eq 0 ] || sudo="sudo"
-  echo "installing from Debian: pgbackrest"
-  $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends \
-    pgbackrest >/dev/null
-fi
+command -v pgbackrest >/dev/null 2>&1 || install --no-install-recommends pgbackrest
 
 if [ "${TXMSG_SKIP_POSTGRES:-}" != "1" ] && command -v pg_isready >/dev/null 2>&1; then
   if ! pg_isready -q -h 127.0.0.1 -p 5432; then
