@@ -137,3 +137,19 @@ def test_the_asyncio_producer_retries_alike(scripted: Scripted) -> None:
     sent = asyncio.run(scenario())
     assert len(scripted.seen) == 4
     assert {body["transaction_id"] for body in scripted.seen} == {sent["transaction_id"]}
+
+
+def test_the_clients_transaction_ids_are_uuidv7_in_time_order() -> None:
+    """As the service's own: the time leads, so a producer's ids sit together in the
+    index (random ones would scatter its inserts)."""
+    import time
+    import uuid
+
+    from txmsg_client._calls import new_transaction_id
+
+    first = new_transaction_id()
+    time.sleep(0.002)
+    later = new_transaction_id()
+    assert uuid.UUID(first).version == 7 and uuid.UUID(first).variant == uuid.RFC_4122
+    assert first == first.upper() and len(first) == 32 and first < later
+    assert abs(int(first[:12], 16) - time.time() * 1000) < 60_000

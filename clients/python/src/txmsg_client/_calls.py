@@ -3,7 +3,8 @@ driver (``requests``) and the asyncio one (``httpx``) send them (``_http``, ``ai
 
 from __future__ import annotations
 
-import uuid
+import os
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 from urllib.parse import quote
@@ -72,7 +73,14 @@ def send(group: str, messages: Message | Sequence[Message], transaction_id: str 
 
 
 def new_transaction_id() -> str:
-    return uuid.uuid4().hex
+    """A UUIDv7 (RFC 9562) in 32 upper-case hex digits, as the service makes its own: the
+    time leads, so ids made together sit together in the index that holds them (random ids
+    would scatter a busy producer's inserts over the whole index)."""
+    value = (time.time_ns() // 1_000_000 & (1 << 48) - 1) << 80 | int.from_bytes(
+        os.urandom(10), "big")
+    value = value & ~(0xF << 76) | 0x7 << 76  # version 7
+    value = value & ~(0x3 << 62) | 0x2 << 62  # variant 10
+    return f"{value:032X}"
 
 
 def finish(group: str, transaction_id: str, action: str) -> Request:
