@@ -10,11 +10,11 @@ UTC day of the commit). Executors therefore need txmsg's Python packages, as the
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+import orjson
 from sqlalchemy import Connection, Engine, LargeBinary, column, literal_column, select, table
 
 from app.config import Settings
@@ -96,7 +96,7 @@ def to_batch(rows: Sequence[Any], schema: pa.Schema) -> pa.RecordBatch:
 
 def _json(text: str, shape: type) -> Any:
     # the view holds the JSON txmsg wrote: anything else stops the read, as in transform
-    value = json.loads(text)
+    value = orjson.loads(text)
     if not isinstance(value, shape):
         raise IngestError(f"expected a JSON {shape.__name__}, the committed view has {text!r}")
     return value

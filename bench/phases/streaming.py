@@ -144,7 +144,11 @@ def freshness(url: str, database_url: str, rate: int, seconds: float,
         def read() -> None:
             known: set[str] = set()
             while not stop.is_set():
-                for f in lake.rglob("*.parquet"):
+                try:
+                    files = list(lake.rglob("*.parquet"))
+                except OSError:  # a run's staging removed while it was walked: next look
+                    files = []
+                for f in files:
                     if str(f) in known or not _final(f):
                         continue
                     try:
