@@ -22,6 +22,8 @@ Table groups:
   not acknowledged (leased, nacked, delayed, held by a transaction): an ack deletes its
   row, so what is stored is what is in flight (Pulsar's "individually deleted messages"
   the other way round: the ones not deleted yet), not history.
+- ``subscription_consumer``: the named consumers of each subscription and when each was
+  last seen (``app.storage.consumers``): liveness for failover and exclusive takeovers.
 - ``topic_retention``, ``retention_pending`` and ``retention_cursor``: what retention needs
   (``app.storage.retention``): each topic's first retained offset and retention, the
   transactions whose committed log rows were just deleted, and how far the walk over
@@ -193,6 +195,8 @@ half_message = Table(
     Column("seq", Integer, nullable=False),
     Column("topic", NAME, nullable=False),
     Column("tag", Text, nullable=True),
+    # key_shared subscriptions deliver one message of a key at a time, in offset order
+    Column("ordering_key", String(256), nullable=True),
     Column("keys", Text, nullable=False),
     Column("properties", Text, nullable=False),
     Column("body", LargeBinary, nullable=False),
@@ -366,7 +370,22 @@ subscription = Table(
     Column("read_offset", BigInteger, nullable=False),
     Column("created_at", UTCDateTime, nullable=False),
     Column("updated_at", UTCDateTime, nullable=False),
+    # shared | key_shared | failover | exclusive (``app.domain.subscription_types``)
+    Column("type", String(16), nullable=False, server_default="shared"),
+    Column("consumer_timeout_ms", Integer, nullable=False, server_default="30000"),
+    Column("tag_filter", Text, nullable=False, server_default="*"),
+    # failover and exclusive: the consumer given messages (while it is alive)
+    Column("active_consumer", NAME, nullable=True),
     UniqueConstraint("topic", "name"),
+)
+
+subscription_consumer = Table(
+    "subscription_consumer",
+    metadata,
+    Column("subscription_id", BigId, primary_key=True),
+    Column("name", NAME, primary_key=True),
+    # alive while this is less than the subscription's consumer_timeout_ms ago
+    Column("last_seen", UTCDateTime, nullable=False),
 )
 
 subscription_offset = Table(
@@ -385,6 +404,14 @@ subscription_offset = Table(
     # txn.id of the unresolved transaction whose commit acknowledges it (not redelivered
     # meanwhile)
     Column("held_by", BigId, nullable=True),
+    # the consumer its lease was given to (NULL: none named, or not leased)
+    Column("consumer", NAME, nullable=True),
+    # its message's ordering key; on key_shared, a keyed row that is not its key's lowest
+    # waits with next_at NULL (out of the due index) until the one before it is acknowledged
+    Column("ordering_key", String(256), nullable=True),
+    Index("ix_subscription_offset_key", "subscription_id", "ordering_key", "queue_offset",
+          postgresql_where=text("ordering_key IS NOT NULL"),
+          sqlite_where=text("ordering_key IS NOT NULL")),
     Index("ix_subscription_offset_held_by", "held_by",
           postgresql_where=text("held_by IS NOT NULL"),
           sqlite_where=text("held_by IS NOT NULL")),
