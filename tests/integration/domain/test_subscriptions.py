@@ -66,7 +66,9 @@ def test_create_update_get_list_delete(client: Any) -> None:
                     "max_redeliveries": 16,
                     "redelivery_backoff": {"min_ms": 1000, "max_ms": 60000},
                     "dead_letter_topic": "t-s-DLQ", "backlog": 0, "in_flight": 0,
-                    "ack_cursor": 3, "created_at": body["created_at"]}
+                    "ack_cursor": 3, "created_at": body["created_at"], "type": "shared",
+                    "consumer_timeout_ms": 30000, "tag_filter": "*", "consumers": [],
+                    "waiting": 0}
     again = client.put(f"{SUBS}/s", json={"ack_timeout_ms": 5000, "initial_position": "earliest",
                                           "dead_letter_topic": "dead"})
     assert again.status_code == 200
