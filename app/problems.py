@@ -56,6 +56,7 @@ class ProblemCode(StrEnum):
     TOO_MANY_PROPERTIES = "too_many_properties"
     PROPERTIES_TOO_LARGE = "properties_too_large"
     INVALID_TAG = "invalid_tag"
+    INVALID_ORDERING_KEY = "invalid_ordering_key"
     INVALID_DELIVER_AT = "invalid_deliver_at"
     TOO_MANY_ACKS = "too_many_acks"
     INVALID_OFFSET = "invalid_offset"

@@ -187,6 +187,7 @@ ROUTES: tuple[Route, ...] = (
                                      "answer, whatever the state now."))},
           {"400": (*_GROUP, *_BODY, *_TOPIC, Code.INVALID_BODY, Code.INVALID_BASE64,
                    Code.TOO_MANY_PROPERTIES, Code.PROPERTIES_TOO_LARGE, Code.INVALID_TAG,
+                   Code.INVALID_ORDERING_KEY,
                    Code.INVALID_TRANSACTION_ID, *_CALLBACK_URL, Code.INVALID_DELIVER_AT,
                    Code.INVALID_SUBSCRIPTION, Code.INVALID_OFFSET, Code.TOO_MANY_ACKS),
            "404": (Noted(Code.SUBSCRIPTION_NOT_FOUND, "an ack's subscription"),),

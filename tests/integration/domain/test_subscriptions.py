@@ -117,8 +117,8 @@ def test_receives_lease_lowest_offsets_first_and_acks_move_the_cursor(
     assert offsets(first) == [0, 1]
     assert first[0]["body"] == "m0" and first[0]["redelivery_count"] == 0
     assert set(first[0]) == {"offset", "message_id", "transaction_id", "producer_group",
-                             "keys", "tag", "properties", "body", "created_at",
-                             "committed_at", "redelivery_count"}
+                             "keys", "tag", "ordering_key", "properties", "body",
+                             "created_at", "committed_at", "redelivery_count"}
     assert offsets(receive(client, 2)) == [2, 3]  # leased ones go to nobody else
     assert describe(client)["in_flight"] == 4
     assert post(client, "ack", {"offsets": [1, 3]}) == {"acked": 2}

@@ -14,11 +14,14 @@ Message = Mapping[str, Any]
 
 def message(topic: str, body: str | bytes, *, keys: Iterable[str] = (), tag: str | None = None,
             properties: Mapping[str, str] | None = None, deliver_after_ms: int | None = None,
-            deliver_at: datetime | str | None = None) -> dict[str, Any]:
+            deliver_at: datetime | str | None = None,
+            ordering_key: str | None = None) -> dict[str, Any]:
     """One message for ``send``: text bodies as ``body``, bytes as ``body_base64``.
 
     ``deliver_after_ms`` (counted from the commit) or ``deliver_at``: subscriptions do not
-    deliver it before then (offset reads show it at once).
+    deliver it before then (offset reads show it at once). ``ordering_key`` (1..256
+    characters): a key_shared subscription delivers the messages of a key one at a time,
+    in offset order.
     """
     out: dict[str, Any] = {"topic": topic}
     if isinstance(body, bytes | bytearray | memoryview):
@@ -29,6 +32,8 @@ def message(topic: str, body: str | bytes, *, keys: Iterable[str] = (), tag: str
         out["keys"] = list(keys)
     if tag is not None:
         out["tag"] = tag
+    if ordering_key is not None:
+        out["ordering_key"] = ordering_key
     if properties:
         out["properties"] = dict(properties)
     if deliver_after_ms is not None:
@@ -61,6 +66,7 @@ class ReceivedMessage:
     producer_group: str | None = None
     created_at: datetime | None = None
     committed_at: datetime | None = None
+    ordering_key: str | None = None
 
     @classmethod
     def from_answer(cls, topic: str, item: Mapping[str, Any]) -> ReceivedMessage:
@@ -75,7 +81,8 @@ class ReceivedMessage:
                    transaction_id=item.get("transaction_id"),
                    producer_group=item.get("producer_group"),
                    created_at=_timestamp(item.get("created_at")),
-                   committed_at=_timestamp(item.get("committed_at")))
+                   committed_at=_timestamp(item.get("committed_at")),
+                   ordering_key=item.get("ordering_key"))
 
 
 Offsets = Iterable[int | ReceivedMessage]
