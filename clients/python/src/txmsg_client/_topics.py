@@ -155,7 +155,7 @@ class Topics:
                 yield Sleep(min(left_ms, WAIT_SLICE_MS) / 1000)
                 yield from self.refresh()
                 continue
-            topic = self._round()[0]
+            topic = self.names[self._turn % len(self.names)]  # the next turn's first
             got = yield from self._receive_one(topic, max_messages,
                                                min(left_ms, WAIT_SLICE_MS), consumer)
             if got:
