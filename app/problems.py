@@ -56,6 +56,7 @@ class ProblemCode(StrEnum):
     TOO_MANY_PROPERTIES = "too_many_properties"
     PROPERTIES_TOO_LARGE = "properties_too_large"
     INVALID_TAG = "invalid_tag"
+    INVALID_ORDERING_KEY = "invalid_ordering_key"
     INVALID_DELIVER_AT = "invalid_deliver_at"
     TOO_MANY_ACKS = "too_many_acks"
     INVALID_OFFSET = "invalid_offset"
@@ -66,6 +67,10 @@ class ProblemCode(StrEnum):
     INVALID_DEAD_LETTER_TOPIC = "invalid_dead_letter_topic"
     INVALID_BACKOFF = "invalid_backoff"
     OFFSET_OUT_OF_RANGE = "offset_out_of_range"
+    INVALID_TAG_FILTER = "invalid_tag_filter"
+    INVALID_CONSUMER = "invalid_consumer"
+    CONSUMER_REQUIRED = "consumer_required"
+    CUMULATIVE_ACK_UNSUPPORTED = "cumulative_ack_unsupported"
     # tokens
     INVALID_TOKEN_NAME = "invalid_token_name"
     INVALID_SCOPE = "invalid_scope"
@@ -83,6 +88,8 @@ class ProblemCode(StrEnum):
     INVALID_STATE_TRANSITION = "invalid_state_transition"
     ACK_NOT_PENDING = "ack_not_pending"
     ACK_CONFLICT = "ack_conflict"
+    SUBSCRIPTION_BUSY = "subscription_busy"
+    NOT_ACTIVE_CONSUMER = "not_active_consumer"
     # redriving dead letters (app.domain.redrive, the CLI and dashboard)
     INVALID_OFFSETS = "invalid_offsets"
     NO_REAL_TOPIC = "no_real_topic"

@@ -15,13 +15,12 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import orjson
-from sqlalchemy import Connection, Engine, LargeBinary, column, literal_column, select, table
+from sqlalchemy import Connection, Engine, LargeBinary, column, select, table
 
 from app.config import Settings
 from app.domain.lake import UTCDateTime, make_engine
 from spark_outbox.errors import IngestError
 from spark_outbox.plan import TopicRange
-from spark_outbox.source import ORDERING_KEY
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -32,14 +31,14 @@ BATCH_ROWS = 10_000
 committed_messages = table(
     "committed_messages", column("topic"), column("queue_offset"), column("message_id"),
     column("transaction_id"), column("producer_group"), column("keys"), column("tag"),
-    column("properties"), column("body"), column("body_bytes", LargeBinary),
+    column("ordering_key"), column("properties"), column("body"), column("body_bytes", LargeBinary),
     column("created_at", UTCDateTime), column("committed_at", UTCDateTime))
 
 _c = committed_messages.c
 # in OUTPUT_SCHEMA's order
 _SELECTED = select(
     _c.queue_offset, _c.message_id, _c.transaction_id, _c.producer_group, _c.topic, _c["keys"],
-    _c.tag, literal_column(ORDERING_KEY).label("ordering_key"), _c.properties, _c.body,
+    _c.tag, _c.ordering_key, _c.properties, _c.body,
     _c.body_bytes, _c.created_at, _c.committed_at)
 
 

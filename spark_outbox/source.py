@@ -43,13 +43,8 @@ POSTGRESQL_SCHEMA = SQLITE_SCHEMA.replace("created_at STRING, committed_at STRIN
 # Spark session's time zone is.
 _SQLITE_TIMESTAMPS = "created_at || 'Z' AS created_at, committed_at || 'Z' AS committed_at"
 _POSTGRESQL_TIMESTAMPS = "created_at, committed_at"
-# ORDERING_KEY: the one place where the committed view's ``ordering_key`` column will be
-# read (ordered consumption adds it to the view): until then a null text column, so the
-# lake and the stream already have it.
-ORDERING_KEY = "CAST(NULL AS TEXT)"
 _COLUMNS = ("topic, queue_offset, message_id, transaction_id, producer_group, keys, tag, "
-            f"{ORDERING_KEY} AS ordering_key, "
-            "properties, body, body_bytes, {timestamps}")
+            "ordering_key, properties, body, body_bytes, {timestamps}")
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ Key = tuple[str, str]  # (topic, subscription)
 
 
 async def long_poll(call: Call, topic: str, name: str, max_messages: int,
-                    wait_ms: int) -> dict[str, Any]:
+                    wait_ms: int, consumer: str | None = None) -> dict[str, Any]:
     """A receive's answer: what it leased, once something was or ``wait_ms`` ran out."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + wait_ms / 1000
@@ -43,18 +43,19 @@ async def long_poll(call: Call, topic: str, name: str, max_messages: int,
     while True:
         seen = signal.version(topic)
         received: subscriptions.Received = await call.run(_look, app_state, topic, name,
-                                                          max_messages)
+                                                          max_messages, consumer)
         left = deadline - loop.time()
         if received.messages or left <= 0 or call.wait is None:
             return {"messages": received.messages}
         await call.wait(topic, name, seen, left)
 
 
-def _look(app_state: Any, topic: str, name: str, max_messages: int) -> subscriptions.Received:
+def _look(app_state: Any, topic: str, name: str, max_messages: int,
+          consumer: str | None) -> subscriptions.Received:
     """One look at the database: what it leased (a span for it, when tracing)."""
     started = spans.now_ns() if tracing.TRACER is not None else 0
-    received: subscriptions.Received = app_state.subscriptions.receive(topic, name,
-                                                                       max_messages)
+    received: subscriptions.Received = app_state.subscriptions.receive(
+        topic, name, max_messages, consumer)
     if started and received.messages:
         spans.received(topic, name, received.messages, started)
     return received

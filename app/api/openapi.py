@@ -204,6 +204,7 @@ class _Builder:
             "token_id": path("token_id", TokenId, "3f2a9c0d1e4b5a6f"),
             "message_id": path("message_id", TransactionId, "0F8E3B0C9D2A4C6E8F1A2B3C4D5E6F70"),
             "subscription": path("subscription", Name, "billing"),
+            "consumer": path("consumer", Name, "billing-7f9c"),
             "traceparent": {
                 "name": "traceparent", "in": "header", "required": False,
                 "description": (

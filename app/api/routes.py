@@ -62,7 +62,14 @@ from app.domain.messages import (
     TopicRetentionIn,
     TransactionIn,
 )
-from app.domain.subscriptions import NackIn, OffsetsIn, ReceiveIn, SeekIn, SubscriptionIn
+from app.domain.subscriptions import (
+    NackIn,
+    OffsetsIn,
+    ReceiveIn,
+    SeekIn,
+    SubscriptionAckIn,
+    SubscriptionIn,
+)
 from app.domain.tokens import TokenIn
 from app.problems import ProblemCode as Code
 
@@ -142,11 +149,13 @@ _REMOVED = {"204": {"description": "Removed."}}
 
 
 def _action(name: str, summary: str, handler: Handler, answer: Any, body: Any,
-            codes: tuple[Code, ...] = (), *, body_required: bool = True, **more: Any) -> Route:
-    """A POST on one subscription."""
+            codes: tuple[Code, ...] = (), *, body_required: bool = True,
+            conflicts: tuple[Code | Noted, ...] = (), **more: Any) -> Route:
+    """A POST on one subscription (by a consumer that may name itself)."""
     return Route("POST", f"{_SUB}/{name}", _CONSUME, handler, name, "subscriptions", summary,
-                 {"200": answer}, {"400": (*_NAMES, *_BODY, *codes), **_TOO_LARGE,
-                                   "404": (Code.SUBSCRIPTION_NOT_FOUND,), **_DB},
+                 {"200": answer}, {"400": (*_NAMES, *_BODY, Code.INVALID_CONSUMER, *codes),
+                                   **_TOO_LARGE, "404": (Code.SUBSCRIPTION_NOT_FOUND,),
+                                   **({"409": conflicts} if conflicts else {}), **_DB},
                  body=body, body_required=body_required, **more)
 
 
@@ -178,6 +187,7 @@ ROUTES: tuple[Route, ...] = (
                                      "answer, whatever the state now."))},
           {"400": (*_GROUP, *_BODY, *_TOPIC, Code.INVALID_BODY, Code.INVALID_BASE64,
                    Code.TOO_MANY_PROPERTIES, Code.PROPERTIES_TOO_LARGE, Code.INVALID_TAG,
+                   Code.INVALID_ORDERING_KEY,
                    Code.INVALID_TRANSACTION_ID, *_CALLBACK_URL, Code.INVALID_DELIVER_AT,
                    Code.INVALID_SUBSCRIPTION, Code.INVALID_OFFSET, Code.TOO_MANY_ACKS),
            "404": (Noted(Code.SUBSCRIPTION_NOT_FOUND, "an ack's subscription"),),
@@ -236,8 +246,11 @@ ROUTES: tuple[Route, ...] = (
           "Create a subscription (201) or change the settings named (200; the others kept)",
           {"201": (Subscription, "Created."),
            "200": (Subscription, "Updated (initial_position ignored).")},
-          {"400": (*_NAMES, *_BODY, Code.INVALID_DEAD_LETTER_TOPIC, Code.INVALID_BACKOFF),
-           **_TOO_LARGE, **_DB}, body=SubscriptionIn, body_required=False),
+          {"400": (*_NAMES, *_BODY, Code.INVALID_DEAD_LETTER_TOPIC, Code.INVALID_BACKOFF,
+                   Code.INVALID_TAG_FILTER),
+           "409": (Noted(Code.SUBSCRIPTION_BUSY, "a change of type while messages are "
+                         "leased"),), **_TOO_LARGE, **_DB}, body=SubscriptionIn,
+          body_required=False),
     Route("GET", _SUB, _CONSUME, subscriptions.get_subscription, "getSubscription",
           "subscriptions", "Settings, backlog, leases in flight and ack cursor",
           {"200": Subscription}, {"400": _NAMES, "404": (Code.SUBSCRIPTION_NOT_FOUND,), **_DB}),
@@ -245,16 +258,25 @@ ROUTES: tuple[Route, ...] = (
           "subscriptions", "Remove a subscription and its state", _REMOVED,
           {"400": _NAMES, "404": (Code.SUBSCRIPTION_NOT_FOUND,), **_DB}),
     _action("receive", "Lease deliverable messages, lowest offsets first (long polling "
-            "with wait_ms)", subscriptions.receive, Received, ReceiveIn, body_required=False,
-            quiet=True),
-    _action("ack", "Acknowledge offsets (repeating is harmless)", subscriptions.ack, Acked,
-            OffsetsIn, (Code.INVALID_OFFSET,), quiet=True),
+            "with wait_ms)", subscriptions.receive, Received, ReceiveIn,
+            (Code.CONSUMER_REQUIRED,), body_required=False,
+            conflicts=(Noted(Code.SUBSCRIPTION_BUSY, "exclusive: another consumer holds "
+                             "it"),), quiet=True),
+    _action("ack", "Acknowledge offsets (repeating is harmless), or every offset through "
+            "one (failover, exclusive)", subscriptions.ack, Acked, SubscriptionAckIn,
+            (Code.INVALID_OFFSET, Code.CONSUMER_REQUIRED, Code.CUMULATIVE_ACK_UNSUPPORTED),
+            conflicts=(Code.NOT_ACTIVE_CONSUMER, *_ACKS), quiet=True),
     _action("nack", "Give leased messages back: redelivered after delay_ms or the backoff",
             subscriptions.nack, Nacked, NackIn, (Code.INVALID_OFFSET,)),
     _action("renew", "Extend the leases still held on these offsets", subscriptions.renew,
             Renewed, OffsetsIn, (Code.INVALID_OFFSET,)),
     _action("seek", "Acknowledge every offset below `offset`, none from it on; leases "
             "dropped", subscriptions.seek, Subscription, SeekIn, (Code.OFFSET_OUT_OF_RANGE,)),
+    Route("DELETE", f"{_SUB}/consumers/{{consumer}}", _CONSUME, subscriptions.leave,
+          "leaveSubscription", "subscriptions",
+          "A consumer leaves at once: its leases go back for redelivery", _REMOVED,
+          {"400": (*_NAMES, Code.INVALID_CONSUMER), "404": (Code.SUBSCRIPTION_NOT_FOUND,),
+           **_DB}),
     Route("GET", "/v1/messages/{message_id}",
           requires_token("produce:{group} of the message, or consume:{topic} once it is "
                          "committed (else 404, as for an unknown id)"),

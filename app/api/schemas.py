@@ -20,9 +20,11 @@ from app.domain.limits import (
     MAX_ACK_TIMEOUT_MS,
     MAX_BACKOFF_MS,
     MAX_CHECK_TIMEOUT_MS,
+    MAX_CONSUMER_TIMEOUT_MS,
     MAX_REDELIVERIES,
     MIN_ACK_TIMEOUT_MS,
     MIN_CHECK_TIMEOUT_MS,
+    MIN_CONSUMER_TIMEOUT_MS,
 )
 from app.domain.message_shapes import (
     CheckMessage,
@@ -258,19 +260,37 @@ class Backoff(TypedDict):
 
 
 @with_config(_CLOSED)
+class Consumer(TypedDict):
+    name: Name
+    last_seen: Timestamp
+    in_flight: Annotated[int, Field(ge=0, description="Messages leased to it now.")]
+    active: Annotated[bool, Field(description=(
+        "Given messages: on failover and exclusive the one active consumer, on shared and "
+        "key_shared every alive one."))]
+
+
+@with_config(_CLOSED)
 class Subscription(TypedDict):
     topic: TopicName
     subscription: Name
+    type: Literal["shared", "key_shared", "failover", "exclusive"]
     ack_timeout_ms: Annotated[int, Field(ge=MIN_ACK_TIMEOUT_MS, le=MAX_ACK_TIMEOUT_MS)]
     max_redeliveries: Annotated[int, Field(ge=0, le=MAX_REDELIVERIES)]
     redelivery_backoff: Backoff
     dead_letter_topic: TopicName
+    consumer_timeout_ms: Annotated[int, Field(ge=MIN_CONSUMER_TIMEOUT_MS,
+                                               le=MAX_CONSUMER_TIMEOUT_MS)]
+    tag_filter: Annotated[str, Field(description="`*` or tags joined by `||`.")]
     backlog: Annotated[int, Field(ge=0, description=(
         "Committed messages not yet acknowledged (leased and delayed ones included)."))]
     in_flight: Annotated[int, Field(ge=0, description="Messages leased now.")]
     ack_cursor: Annotated[Offset, Field(description=(
         "The lowest unacknowledged offset: every offset below it is acknowledged."))]
     created_at: Timestamp
+    consumers: Annotated[list[Consumer], Field(description=(
+        "The alive consumers (a call within `consumer_timeout_ms`), by name."))]
+    waiting: Annotated[int, Field(ge=0, description=(
+        "key_shared: messages read that wait for an earlier one of their key."))]
 
 
 @with_config(_CLOSED)

@@ -61,17 +61,33 @@ async def receive(call: Call) -> Answer:
     """Lease deliverable messages, lowest offsets first; with ``wait_ms``, wait for one."""
     topic, name = _names(call)
     request = parse_body(subs.ReceiveIn, parse_json(call.body) if call.body else {})
-    return 200, await long_poll(call, topic, name, request.max_messages, request.wait_ms)
+    return 200, await long_poll(call, topic, name, request.max_messages, request.wait_ms,
+                                request.consumer)
 
 
 def ack(call: Call) -> Answer:
-    """Acknowledge offsets; ``acked``: how many were not acknowledged before."""
+    """Acknowledge offsets, or every offset ``through`` one (failover, exclusive);
+    ``acked``: how many were not acknowledged before."""
     topic, name = _names(call)
-    offsets = parse_body(subs.OffsetsIn, parse_json(call.body)).offsets
+    request = parse_body(subs.SubscriptionAckIn, parse_json(call.body))
+    subscriptions = call.state.subscriptions
+    if request.offsets is None:
+        assert request.through is not None  # SubscriptionAckIn takes one
+        return 200, {"acked": subscriptions.ack_through(topic, name, request.through,
+                                                        request.consumer)}
+    offsets = request.offsets
     if tracing.TRACER is not None:  # the ack's span is the request's trace's child
         with spans.acking(topic, name, offsets, request_trace(call.headers)):
-            return 200, {"acked": call.state.subscriptions.ack(topic, name, offsets)}
-    return 200, {"acked": call.state.subscriptions.ack(topic, name, offsets)}
+            return 200, {"acked": subscriptions.ack(topic, name, offsets, request.consumer)}
+    return 200, {"acked": subscriptions.ack(topic, name, offsets, request.consumer)}
+
+
+def leave(call: Call) -> Answer:
+    """A consumer leaves at once: its leases go back for redelivery."""
+    topic, name = _names(call)
+    consumer = subs.check_consumer_name(call.params["consumer"])
+    call.state.subscriptions.leave(topic, name, consumer)
+    return 204, None
 
 
 def nack(call: Call) -> Answer:
@@ -79,14 +95,15 @@ def nack(call: Call) -> Answer:
     topic, name = _names(call)
     request = parse_body(subs.NackIn, parse_json(call.body))
     return 200, {"nacked": call.state.subscriptions.nack(topic, name, request.offsets,
-                                                         request.delay_ms)}
+                                                         request.delay_ms, request.consumer)}
 
 
 def renew(call: Call) -> Answer:
     """Leases still held on these offsets run for another ack timeout from now."""
     topic, name = _names(call)
     request = parse_body(subs.OffsetsIn, parse_json(call.body))
-    return 200, {"renewed": call.state.subscriptions.renew(topic, name, request.offsets)}
+    return 200, {"renewed": call.state.subscriptions.renew(topic, name, request.offsets,
+                                                           request.consumer)}
 
 
 def seek(call: Call) -> Answer:

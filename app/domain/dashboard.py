@@ -192,6 +192,7 @@ def transaction(engine: Engine, group: str, transaction_id: str) -> TransactionV
         ops = txn_store.ops_of(conn, row.id)
         discarded = log.discard_entries(conn, [m.message_id for m in messages])
     shown = [{"message_id": m.message_id, "topic": m.topic, "tag": m.tag,
+              "ordering_key": m.ordering_key,
               "keys": orjson.loads(m.keys), "size": m.size, "text": m.body_is_text,
               "offset": offsets.get(m.message_id)} for m in messages]
     view = TransactionView(row, shown, checked, ops, discarded)
@@ -236,7 +237,8 @@ def browse(engine: Engine, topic: str, from_offset: int | None,
         rows = log.browse(conn, topic, start, limit, PREVIEW_BYTES)
     shown = [{"offset": r.queue_offset, "message_id": r.message_id,
               "transaction_id": r.transaction_id, "producer_group": r.producer_group,
-              "tag": r.tag, "keys": orjson.loads(r.keys), "size": r.size,
+              "tag": r.tag, "ordering_key": r.ordering_key, "keys": orjson.loads(r.keys),
+              "size": r.size,
               "committed_at": r.committed_at,
               **_body(bytes(r.preview), r.body_is_text, r.size)} for r in rows]
     following = rows[-1].queue_offset + 1 if rows and rows[-1].queue_offset + 1 < end else None
@@ -261,6 +263,7 @@ def message(engine: Engine, message_id: str) -> dict[str, Any]:
         raise NotFound(f"no message {message_id!r}", code=ProblemCode.MESSAGE_NOT_FOUND)
     preview = bytes(row.preview)
     return {"message_id": row.message_id, "topic": row.topic, "tag": row.tag,
+            "ordering_key": row.ordering_key,
             "keys": orjson.loads(row.keys), "properties": orjson.loads(row.properties),
             "transaction_id": row.transaction_id, "producer_group": row.producer_group,
             "state": row.state, "offset": row.queue_offset, "committed_at": row.committed_at,

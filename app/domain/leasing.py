@@ -68,3 +68,8 @@ def dead_letter_from(sub: LeaseSettings) -> int:
     """The deliveries from which a due offset row is dead-lettered instead of delivered
     again (``1 + max_redeliveries``)."""
     return FIRST_DELIVERY + sub.max_redeliveries
+
+
+def consumers_alive_since(consumer_timeout_ms: int, now: datetime) -> datetime:
+    """Consumers last seen from then on are alive (``consumer_timeout_ms`` ago)."""
+    return now - timedelta(milliseconds=consumer_timeout_ms)

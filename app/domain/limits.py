@@ -25,6 +25,8 @@ MAX_PAGE_LIMIT = 1000
 # a subscription's settings
 MIN_ACK_TIMEOUT_MS = 1000
 MAX_ACK_TIMEOUT_MS = 43_200_000  # twelve hours
+MIN_CONSUMER_TIMEOUT_MS = 1000
+MAX_CONSUMER_TIMEOUT_MS = 600_000
 MAX_REDELIVERIES = 1000
 MAX_BACKOFF_MS = 3_600_000  # an hour: either bound of the redelivery backoff
 

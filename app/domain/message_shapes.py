@@ -5,8 +5,8 @@ Each shape is a TypedDict: at run time the answer stays the plain dict the hot r
 write out as it is (nothing validates it), while pydantic derives the OpenAPI document's
 schema from the same class (``app.api.schemas`` names them, ``app.api.openapi`` turns
 them into components). The shapers all take their fields from the same pieces
-(``_content``: keys, tag, properties and the body; the time and place fields), one per
-way a message is shown:
+(``_content``: keys, tag, ordering key, properties and the body; the time and place
+fields), one per way a message is shown:
 
 - ``as_read``: a committed message in a topic's page; ``as_received``: the same, leased
   to a receive (with its redelivery count);
@@ -26,7 +26,7 @@ from pydantic import ConfigDict, Field, with_config
 from typing_extensions import TypedDict  # pydantic needs this one before Python 3.12
 
 from app.domain.limits import MAX_INT64
-from app.domain.messages import Body, BodyBase64, Keys, Properties, Tag
+from app.domain.messages import Body, BodyBase64, Keys, OrderingKey, Properties, Tag
 from app.domain.names import DISCARD_TOPIC, GroupName, TopicName, TransactionId
 from app.storage.schema import AnyRow
 from app.vocabulary import State
@@ -51,6 +51,7 @@ class StoredMessage(TypedDict):
     topic: TopicName
     keys: Keys
     tag: Tag
+    ordering_key: OrderingKey
     properties: Properties
     body: NotRequired[Body]
     body_base64: NotRequired[BodyBase64]
@@ -62,6 +63,7 @@ class TransactionMessage(TypedDict):
     topic: TopicName
     keys: Keys
     tag: Tag
+    ordering_key: OrderingKey
     properties: Properties
     offset: NotRequired[Annotated[Offset, Field(description="Once committed.")]]
 
@@ -76,6 +78,7 @@ class CommittedMessage(TypedDict):
     producer_group: GroupName
     keys: Keys
     tag: Tag
+    ordering_key: OrderingKey
     properties: Annotated[Properties, Field(description=(
         f"On {DISCARD_TOPIC}, also REAL_TOPIC, TRANSACTION_ID, PRODUCER_GROUP and "
         "CHECK_TIMES."))]
@@ -118,6 +121,7 @@ class Message(StoredMessage):
 class Content(TypedDict):
     keys: Keys
     tag: Tag
+    ordering_key: OrderingKey
     properties: Properties
 
 
@@ -134,7 +138,7 @@ def body_fields(body: bytes, is_text: bool) -> BodyFields:
 
 
 def _content(row: AnyRow) -> Content:
-    return {"keys": orjson.loads(row.keys), "tag": row.tag,
+    return {"keys": orjson.loads(row.keys), "tag": row.tag, "ordering_key": row.ordering_key,
             "properties": orjson.loads(row.properties)}
 
 
@@ -148,7 +152,7 @@ def as_read(row: AnyRow) -> CommittedMessage:
     """A committed message in a topic's page (``app.storage.log.as_read``'s columns)."""
     return {"offset": row.queue_offset, "message_id": row.message_id,
             "transaction_id": row.transaction_id, "producer_group": row.producer_group,
-            "keys": _stored_json(row.keys), "tag": row.tag,
+            "keys": _stored_json(row.keys), "tag": row.tag, "ordering_key": row.ordering_key,
             "properties": _stored_json(row.properties),
             **body_fields(row.body, row.body_is_text),
             "created_at": row.created_at, "committed_at": row.committed_at}
@@ -166,7 +170,8 @@ def by_id(row: AnyRow) -> Message:
     out: Message = {
         "message_id": row.message_id, "transaction_id": row.transaction_id,
         "producer_group": row.producer_group, "state": row.state, "topic": row.topic,
-        "keys": content["keys"], "tag": content["tag"], "properties": content["properties"],
+        "keys": content["keys"], "tag": content["tag"], "ordering_key": content["ordering_key"],
+        "properties": content["properties"],
         "created_at": row.created_at,
     }
     _with_body(out, row)
@@ -181,6 +186,7 @@ def in_transaction(row: AnyRow, offset: int | None) -> TransactionMessage:
     content = _content(row)
     out: TransactionMessage = {"message_id": row.message_id, "topic": row.topic,
                                "keys": content["keys"], "tag": content["tag"],
+                               "ordering_key": content["ordering_key"],
                                "properties": content["properties"]}
     if offset is not None:
         out["offset"] = offset
@@ -193,6 +199,7 @@ def in_check(row: AnyRow, with_body: bool = True) -> CheckMessage:
     content = _content(row)
     out: CheckMessage = {"message_id": row.message_id, "topic": row.topic,
                          "keys": content["keys"], "tag": content["tag"],
+                         "ordering_key": content["ordering_key"],
                          "properties": content["properties"]}
     if with_body:
         _with_body(out, row)

@@ -58,6 +58,7 @@ MAX_PROPERTIES_BYTES = 16 * 1024
 MAX_KEYS = 128
 MAX_CHECK_URLS = 16
 MAX_ACK_OFFSETS = 1000
+MAX_ORDERING_KEY = 256
 # a message's W3C trace context (app.domain.trace_context): not part of a send's identity
 TRACEPARENT = "traceparent"
 TRACESTATE = "tracestate"
@@ -69,6 +70,10 @@ M = TypeVar("M", bound=BaseModel)
 # OpenAPI document of rules the validators below check, each with its own error code.
 Keys = Annotated[list[Annotated[StrictStr, Field(max_length=1024)]], Field(max_length=MAX_KEYS)]
 Tag = Annotated[StrictStr, Field(max_length=1024)] | None
+OrderingKey = Annotated[StrictStr, Field(
+    min_length=1, max_length=MAX_ORDERING_KEY, description=(
+        "A key_shared subscription delivers a key's messages one at a time, in offset "
+        "order; 1..256 characters, no NUL (else `invalid_ordering_key`)."))] | None
 Properties = Annotated[dict[StrictStr, StrictStr], Field(
     json_schema_extra={"maxProperties": MAX_PROPERTIES},
     description=f"String to string; at most {MAX_PROPERTIES} entries and "
@@ -121,6 +126,7 @@ class MessageIn(BaseModel):
     body_base64: BodyBase64 | None = None
     keys: Keys = Field(default_factory=list)
     tag: Tag = None
+    ordering_key: OrderingKey = None
     properties: Properties = Field(default_factory=dict)
     deliver_after_ms: StrictInt | None = Field(None, ge=0, le=MAX_DELAY_MS, description=(
         "Delayed delivery: subscriptions do not deliver the message before this many "
@@ -172,6 +178,17 @@ class MessageIn(BaseModel):
         if tag is not None and "\x00" in tag:
             raise _custom(ProblemCode.INVALID_TAG, "tag must not contain NUL characters")
         return tag
+
+    @field_validator("ordering_key", mode="before")
+    @classmethod
+    def _ordering_key(cls, key: object) -> object:
+        """Every way of being wrong answers one code: a client branching on it need not
+        know which of pydantic's type and length checks would have caught it first."""
+        if key is None or (isinstance(key, str) and 1 <= len(key) <= MAX_ORDERING_KEY
+                           and "\x00" not in key):
+            return key
+        raise _custom(ProblemCode.INVALID_ORDERING_KEY, f"ordering_key is a string of 1.."
+                      f"{MAX_ORDERING_KEY} characters without NUL")
 
     @field_validator("properties")
     @classmethod
@@ -320,6 +337,8 @@ class TransactionIn(TransactionOptions):
             if m.deliver_after_ms is not None or m.deliver_at is not None:
                 # only then, so that fingerprints of messages without a delay stay as they were
                 h.update(orjson.dumps([m.deliver_after_ms, m.deliver_at], option=orjson.OPT_UTC_Z))
+            if m.ordering_key is not None:  # likewise
+                h.update(orjson.dumps(["ordering_key", m.ordering_key]))
         if self.acks:  # only then, as for delays
             h.update(orjson.dumps(["acks", [[*k, v] for k, v in self.ack_set().items()]]))
         return h.hexdigest()

@@ -10,7 +10,7 @@ claim is made before the commit, so a redrive stopped in between (a crash, the d
 lost) leaves claims without a new message id: the next redrive of that topic first
 finishes them, sending the same transaction again (a send is idempotent by its id, so a
 batch sent before the stop is not sent twice) and committing it. The new messages keep
-the dead letter's body, keys, tag and properties (``REAL_TOPIC`` and ``ORIGIN_*``).
+the dead letter's body, keys, tag, ordering key and properties (``REAL_TOPIC`` and ``ORIGIN_*``).
 
 ``REDRIVE_GROUP`` is registered on first use, with a check URL that is never called: its
 transactions are sent immune to checks (``CHECK_IMMUNITY_SECONDS``) and committed at once,
@@ -144,7 +144,8 @@ def _publish(engine: Engine, lifecycle: Lifecycle, dlq_topic: str, redrive_id: s
 def _message(row: Any, topic: str) -> MessageIn:
     body = body_fields(row.body, row.body_is_text)
     return MessageIn.model_validate({"topic": topic, **body, "keys": orjson.loads(row.keys),
-                                     "tag": row.tag, "properties": orjson.loads(row.properties)})
+                                     "tag": row.tag, "ordering_key": row.ordering_key,
+                                     "properties": orjson.loads(row.properties)})
 
 
 def _ranges(offsets: Sequence[int]) -> str:

@@ -150,7 +150,7 @@ class Retention:
             if head.end <= row.first_offset:
                 return 0, False
             n = store.expire_head(conn, topic, row.first_offset, head.end, head.oldest)
-            skipped = subscriptions.expire_below(conn, topic, head.end)
+            skipped = subscriptions.expire_below(conn, topic, head.end, now)
         metrics.RETENTION_DELETED.labels("messages").inc(n)
         for name, count in skipped:
             metrics.SUBSCRIPTION_EXPIRED.labels(topic, name).inc(max(0, count))

@@ -5,16 +5,27 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictInt,
+    StrictStr,
+    field_validator,
+    model_validator,
+)
 from pydantic_core import PydanticCustomError
 
+from app.domain import tag_filters
 from app.domain.limits import (
     MAX_ACK_TIMEOUT_MS,
     MAX_BACKOFF_MS,
+    MAX_CONSUMER_TIMEOUT_MS,
     MAX_DELAY_MS,
     MAX_INT64,
     MAX_REDELIVERIES,
     MIN_ACK_TIMEOUT_MS,
+    MIN_CONSUMER_TIMEOUT_MS,
 )
 from app.domain.names import TopicName, check_name, check_name_field, is_reserved_topic
 from app.errors import InvalidRequest
@@ -23,6 +34,14 @@ from app.problems import ProblemCode
 MAX_RECEIVE = 1000
 MAX_WAIT_MS = 30_000
 MAX_OFFSETS = 1000
+
+SubscriptionType = Literal["shared", "key_shared", "failover", "exclusive"]
+SHARED: SubscriptionType = "shared"
+KEY_SHARED: SubscriptionType = "key_shared"
+FAILOVER: SubscriptionType = "failover"
+EXCLUSIVE: SubscriptionType = "exclusive"
+# one consumer served at a time, in offset order, with cumulative acks
+ONE_CONSUMER_TYPES = frozenset({FAILOVER, EXCLUSIVE})
 
 _STRICT = ConfigDict(strict=True, extra="forbid", frozen=True)
 Offset = StrictInt
@@ -80,6 +99,26 @@ class SubscriptionIn(BaseModel):
         "Default: `<topic>-<subscription>-DLQ` (when that name is valid). Not the "
         "subscription's own topic (`invalid_dead_letter_topic`); another one than the "
         "default needs consume on it (403 `forbidden`)."))
+    type: SubscriptionType = Field(SHARED, description=(
+        "`shared`: any consumer gets any message; `key_shared`: one message of an "
+        "ordering key in flight at a time, in offset order; `failover`: one active "
+        "consumer at a time, the others standing by; `exclusive`: one consumer only. "
+        "Changes only while nothing is leased (409 `subscription_busy`)."))
+    consumer_timeout_ms: StrictInt = Field(
+        30000, ge=MIN_CONSUMER_TIMEOUT_MS, le=MAX_CONSUMER_TIMEOUT_MS, description=(
+            "A consumer is alive while its last call on the subscription is less than "
+            "this long ago."))
+    tag_filter: StrictStr = Field(tag_filters.EVERY_TAG, description=(
+        "`*` or tags joined by `||` (RocketMQ's syntax): only messages with one of these "
+        "tags are delivered; the others count as acknowledged."))
+
+    @field_validator("tag_filter")
+    @classmethod
+    def _tag_filter(cls, expression: str) -> str:
+        try:
+            return tag_filters.normalized(expression)
+        except tag_filters.MalformedTagFilter as exc:
+            raise _custom(ProblemCode.INVALID_TAG_FILTER, str(exc)) from None
 
     @field_validator("dead_letter_topic")
     @classmethod
@@ -94,25 +133,60 @@ class SubscriptionIn(BaseModel):
         return topic
 
 
-class ReceiveIn(BaseModel):
+class ByConsumer(BaseModel):
+    """A call that may name its consumer (failover and exclusive need it)."""
+
     model_config = _STRICT
 
+    consumer: StrictStr | None = Field(None, description=(
+        "The consumer's name (as a subscription's); needed on failover and exclusive "
+        "subscriptions (`consumer_required`). Every call keeps it alive."))
+
+    @field_validator("consumer")
+    @classmethod
+    def _consumer(cls, name: str | None) -> str | None:
+        return None if name is None else check_name_field(
+            "consumer", name, code=ProblemCode.INVALID_CONSUMER)
+
+
+class ReceiveIn(ByConsumer):
     max_messages: StrictInt = Field(10, ge=1, le=MAX_RECEIVE)
     wait_ms: StrictInt = Field(0, ge=0, le=MAX_WAIT_MS, description=(
         "Wait up to this long for a deliverable message (then answer an empty list)."))
 
 
-class OffsetsIn(BaseModel):
-    model_config = _STRICT
+def _check_offsets(offsets: list[int]) -> list[int]:
+    if any(o < 0 or o > MAX_INT64 for o in offsets):
+        raise _custom(ProblemCode.INVALID_OFFSET, f"offsets are integers 0..{MAX_INT64}")
+    return offsets
 
+
+class OffsetsIn(ByConsumer):
     offsets: list[Offset] = Field(max_length=MAX_OFFSETS)
+
+    _offsets = field_validator("offsets")(_check_offsets)
+
+
+class SubscriptionAckIn(ByConsumer):
+    """Offsets one by one, or (failover and exclusive) every offset through one."""
+
+    offsets: list[Offset] | None = Field(None, max_length=MAX_OFFSETS)
+    through: StrictInt | None = Field(None, ge=0, le=MAX_INT64, description=(
+        "Cumulative: every offset up to and including it (failover and exclusive, by the "
+        "active consumer). Not with `offsets`."))
 
     @field_validator("offsets")
     @classmethod
-    def _offsets(cls, offsets: list[int]) -> list[int]:
-        if any(o < 0 or o > MAX_INT64 for o in offsets):
-            raise _custom(ProblemCode.INVALID_OFFSET, f"offsets are integers 0..{MAX_INT64}")
-        return offsets
+    def _offsets(cls, offsets: list[int] | None) -> list[int] | None:
+        return None if offsets is None else _check_offsets(offsets)
+
+    @model_validator(mode="after")
+    def _one_of(self) -> SubscriptionAckIn:
+        if (self.offsets is None) == (self.through is None):
+            raise _custom(ProblemCode.MISSING_FIELD if self.offsets is None
+                          else ProblemCode.INVALID_VALUE,
+                          "an ack gives exactly one of offsets and through")
+        return self
 
 
 class NackIn(OffsetsIn):
@@ -132,6 +206,10 @@ class SeekIn(BaseModel):
 
 def check_subscription_name(name: str) -> str:
     return check_name("subscription name", name, code=ProblemCode.INVALID_SUBSCRIPTION)
+
+
+def check_consumer_name(name: str) -> str:
+    return check_name("consumer name", name, code=ProblemCode.INVALID_CONSUMER)
 
 
 def default_dead_letter_topic(topic: str, name: str) -> str:
@@ -160,7 +238,10 @@ def names_other_dead_letter_topic(topic: str, name: str, request: SubscriptionIn
 _COLUMNS = (("ack_timeout_ms", None, "ack_timeout_ms"),
             ("max_redeliveries", None, "max_redeliveries"),
             ("redelivery_backoff", "min_ms", "backoff_min_ms"),
-            ("redelivery_backoff", "max_ms", "backoff_max_ms"))
+            ("redelivery_backoff", "max_ms", "backoff_max_ms"),
+            ("type", None, "type"),
+            ("consumer_timeout_ms", None, "consumer_timeout_ms"),
+            ("tag_filter", None, "tag_filter"))
 
 
 def named_settings(topic: str, name: str, request: SubscriptionIn, *, new: bool

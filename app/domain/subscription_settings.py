@@ -9,12 +9,18 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine
 
-from app.domain import clock
-from app.domain.subscription_models import SubscriptionIn, backoff_refusal, named_settings
-from app.errors import InvalidRequest, NotFound
+from app.domain import clock, leasing
+from app.domain.subscription_models import (
+    KEY_SHARED,
+    ONE_CONSUMER_TYPES,
+    SubscriptionIn,
+    backoff_refusal,
+    named_settings,
+)
+from app.errors import Conflict, InvalidRequest, NotFound
 from app.problems import ProblemCode
+from app.storage import consumers, ordering, topics
 from app.storage import subscriptions as store
-from app.storage import topics
 from app.storage.db import write_transaction
 from app.storage.schema import AnyRow
 
@@ -22,10 +28,27 @@ from app.storage.schema import AnyRow
 
 
 def _settings(row: AnyRow) -> dict[str, Any]:
-    return {"topic": row.topic, "subscription": row.name,
+    return {"topic": row.topic, "subscription": row.name, "type": row.type,
             "ack_timeout_ms": row.ack_timeout_ms, "max_redeliveries": row.max_redeliveries,
             "redelivery_backoff": {"min_ms": row.backoff_min_ms, "max_ms": row.backoff_max_ms},
-            "dead_letter_topic": row.dead_letter_topic}
+            "dead_letter_topic": row.dead_letter_topic,
+            "consumer_timeout_ms": row.consumer_timeout_ms, "tag_filter": row.tag_filter}
+
+
+def _consumers(conn: Connection, sub: AnyRow, now: datetime) -> list[dict[str, Any]]:
+    """The alive consumers: name, last seen, leases held now, whether active (on shared
+    and key_shared every alive consumer is)."""
+    held = consumers.in_flight(conn, sub.id, now)
+    since = leasing.consumers_alive_since(sub.consumer_timeout_ms, now)
+    one = sub.type in ONE_CONSUMER_TYPES
+    active = sub.active_consumer
+    if one and active is not None:
+        last = consumers.last_seen(conn, sub.id, active)
+        if last is None or last < since:
+            active = None
+    return [{"name": r.name, "last_seen": r.last_seen, "in_flight": held.get(r.name, 0),
+             "active": (r.name == active) if one else True}
+            for r in consumers.alive(conn, sub.id, since)]
 
 
 def describe(conn: Connection, row: AnyRow, now: datetime) -> dict[str, Any]:
@@ -36,7 +59,9 @@ def describe(conn: Connection, row: AnyRow, now: datetime) -> dict[str, Any]:
     # the cursor shown is where it is now
     cursor = row.read_offset if rows.lowest_open is None else rows.lowest_open
     return {**_settings(row), "backlog": backlog, "in_flight": rows.leased,
-            "ack_cursor": max(cursor, row.ack_cursor, first), "created_at": row.created_at}
+            "ack_cursor": max(cursor, row.ack_cursor, first), "created_at": row.created_at,
+            "consumers": _consumers(conn, row, now),
+            "waiting": ordering.waiting(conn, row.id) if row.type == KEY_SHARED else 0}
 
 
 def found(conn: Connection, topic: str, name: str, *, lock: bool = False) -> AnyRow:
@@ -74,8 +99,25 @@ def put(engine: Engine, topic: str, name: str, request: SubscriptionIn
         changes = named_settings(topic, name, request, new=False)
         _check_backoff({"backoff_min_ms": row.backoff_min_ms,
                         "backoff_max_ms": row.backoff_max_ms, **changes})
+        if changes.get("type", row.type) != row.type:
+            _change_type(conn, row, changes["type"], now)
+            changes["active_consumer"] = None
         store.change(conn, row.id, {**changes, "updated_at": now})
         return describe(conn, found(conn, topic, name), now), False
+
+
+def _change_type(conn: Connection, row: AnyRow, new: str, now: datetime) -> None:
+    """Only while nothing is leased (409 ``subscription_busy``): on key_shared a key's
+    rows after its lowest wait, elsewhere none does."""
+    first, _ = topics.topic_ends(conn, row.topic)
+    if store.counts(conn, row.id, now, first).leased:
+        raise Conflict(f"subscription {row.name!r} on {row.topic!r} has messages leased: "
+                       "its type changes once they are acknowledged or given back",
+                       code=ProblemCode.SUBSCRIPTION_BUSY)
+    if new == KEY_SHARED:
+        ordering.order_by_keys(conn, row.id, row.topic, now)
+    elif row.type == KEY_SHARED:
+        ordering.release_waiting(conn, row.id, row.topic, now)
 
 
 def _check_backoff(settings: dict[str, Any]) -> None:
@@ -109,7 +151,9 @@ def describe_each(engine: Engine, pairs: Sequence[tuple[str, str]]) -> list[dict
 
 def delete(engine: Engine, topic: str, name: str) -> None:
     with write_transaction(engine) as conn:
-        store.remove(conn, found(conn, topic, name, lock=True).id)
+        sub_id = found(conn, topic, name, lock=True).id
+        consumers.remove_all(conn, sub_id)
+        store.remove(conn, sub_id)
 
 
 def backlogs(engine: Engine) -> list[tuple[str, str, int]]:

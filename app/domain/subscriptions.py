@@ -31,9 +31,10 @@ from typing import Any
 from sqlalchemy import Engine
 
 from app import metrics
+from app.domain.consumers import leave
 from app.domain.leasing import backoff_ms
 from app.domain.limits import MAX_BACKOFF_MS
-from app.domain.subscription_acks import Nacked, ack, nack, renew, seek
+from app.domain.subscription_acks import Nacked, ack, ack_through, nack, renew, seek
 from app.domain.subscription_models import (
     MAX_OFFSETS,
     MAX_RECEIVE,
@@ -43,7 +44,9 @@ from app.domain.subscription_models import (
     OffsetsIn,
     ReceiveIn,
     SeekIn,
+    SubscriptionAckIn,
     SubscriptionIn,
+    check_consumer_name,
     check_subscription_name,
     dead_letter_topic,
     default_dead_letter_topic,
@@ -62,9 +65,12 @@ from app.domain.transactional_acks import FinishAcks, hold_acks
 from app.domain.wakeups import TopicSignal
 
 __all__ = [
-    "MAX_BACKOFF_MS", "MAX_OFFSETS", "MAX_RECEIVE", "MAX_WAIT_MS", "BackoffIn", "FinishAcks",
-    "NackIn", "Nacked", "OffsetsIn", "ReceiveIn", "Received", "SeekIn", "SubscriptionIn",
-    "Subscriptions", "ack", "anything_due", "backlogs", "backoff_ms", "check_subscription_name",
+    "MAX_BACKOFF_MS", "MAX_OFFSETS", "MAX_RECEIVE", "MAX_WAIT_MS", "BackoffIn",
+    "FinishAcks",
+    "NackIn", "Nacked", "OffsetsIn", "ReceiveIn", "Received", "SeekIn", "SubscriptionAckIn",
+    "SubscriptionIn",
+    "Subscriptions", "ack", "anything_due", "backlogs", "backoff_ms", "check_consumer_name",
+    "check_subscription_name",
     "dead_letter_topic", "default_dead_letter_topic", "delete", "describe_each", "get",
     "hold_acks", "list_subscriptions", "nack", "names_other_dead_letter_topic",
     "put", "receive", "renew", "seek",
@@ -93,8 +99,10 @@ class Subscriptions:
     def delete(self, topic: str, name: str) -> None:
         delete(self.engine, topic, name)
 
-    def receive(self, topic: str, name: str, max_messages: int) -> Received:
-        received = receive(self.engine, topic, name, max_messages, self.max_read_bytes)
+    def receive(self, topic: str, name: str, max_messages: int,
+                consumer: str | None = None) -> Received:
+        received = receive(self.engine, topic, name, max_messages, self.max_read_bytes,
+                           consumer)
         if received.redelivered:
             metrics.REDELIVERIES.labels(topic, name).inc(received.redelivered)
         if received.dead_lettered:
@@ -102,19 +110,33 @@ class Subscriptions:
             self.signal.notify((received.dead_letter_topic,))
         return received
 
-    def ack(self, topic: str, name: str, offsets: Sequence[int]) -> int:
-        return ack(self.engine, topic, name, offsets)
+    def ack(self, topic: str, name: str, offsets: Sequence[int],
+            consumer: str | None = None) -> int:
+        acked = ack(self.engine, topic, name, offsets, consumer)
+        if acked.promoted:  # key_shared: the next message of a key is deliverable now
+            self.signal.notify((topic,))
+        return acked.acked
 
-    def nack(self, topic: str, name: str, offsets: Sequence[int], delay_ms: int | None) -> int:
+    def ack_through(self, topic: str, name: str, through: int, consumer: str | None) -> int:
+        return ack_through(self.engine, topic, name, through, consumer)
+
+    def leave(self, topic: str, name: str, consumer: str) -> None:
+        """The consumer leaves: its leases go back at once (waiting receives look again)."""
+        leave(self.engine, topic, name, consumer)
+        self.signal.notify((topic,))
+
+    def nack(self, topic: str, name: str, offsets: Sequence[int], delay_ms: int | None,
+             consumer: str | None = None) -> int:
         """The receives waiting on the topic are woken when the first of these is
         deliverable again (at once for no delay), not at their next probe."""
-        nacked = nack(self.engine, topic, name, offsets, delay_ms)
+        nacked = nack(self.engine, topic, name, offsets, delay_ms, consumer)
         if nacked.soonest is not None:
             self.signal.notify_later((topic,), nacked.soonest.total_seconds())
         return nacked.count
 
-    def renew(self, topic: str, name: str, offsets: Sequence[int]) -> int:
-        return renew(self.engine, topic, name, offsets)
+    def renew(self, topic: str, name: str, offsets: Sequence[int],
+              consumer: str | None = None) -> int:
+        return renew(self.engine, topic, name, offsets, consumer)
 
     def seek(self, topic: str, name: str, offset: int) -> dict[str, Any]:
         body = seek(self.engine, topic, name, offset)

@@ -9,8 +9,8 @@ from app.domain import clock
 from app.domain.subscription_settings import found
 from app.errors import Conflict
 from app.problems import ProblemCode
+from app.storage import ordering, transactions
 from app.storage import transactional_acks as store
-from app.storage import transactions
 from app.storage.schema import AnyRow
 from app.vocabulary import Op
 
@@ -71,6 +71,7 @@ class FinishAcks:
         self.released: list[int] = []  # transactions whose holds this batch released
         self.resolved: list[int] = []
         self.topics: set[str] = set()
+        self.freed: list[AnyRow] = []  # (subscription_id, ordering_key) acknowledged
 
     def apply(self, row: AnyRow, op: Op) -> Conflict | None:
         """Record what ``op`` (to be applied to transaction ``row``) does to its acks; the
@@ -83,7 +84,7 @@ class FinishAcks:
             if isinstance(taken, Conflict):
                 return taken
             for sub_id, offsets in taken.items():
-                store.drop_at(self.conn, sub_id, offsets)
+                self.freed += store.drop_at(self.conn, sub_id, offsets)
         elif op is Op.COMMIT:
             self.committed.append(row.id)
         elif op is Op.ROLLBACK and holding:
@@ -132,6 +133,22 @@ class FinishAcks:
             self.topics.update(store.holders(self.conn, self.rolled_back))
             store.settle(self.conn, self.rolled_back, clock.utcnow(), commit=False)
         if self.committed:
-            store.settle(self.conn, self.committed, clock.utcnow(), commit=True)
+            self.freed += store.settle(self.conn, self.committed, clock.utcnow(), commit=True)
         store.forget_acks(self.conn, self.resolved)
+        self._promote()
         return self.topics
+
+    def _promote(self) -> None:
+        """On key_shared subscriptions, the next message of each key acknowledged here is
+        deliverable (``app.storage.ordering``): in the batch's database transaction."""
+        if not self.freed:
+            return
+        keys: dict[int, list[str]] = {}
+        for r in self.freed:
+            keys.setdefault(r.subscription_id, []).append(r.ordering_key)
+        topics = store.topics_of(self.conn, keys)
+        now = clock.utcnow()
+        for sub_id in sorted(keys):
+            ordering.take_turns(self.conn, sub_id, keys[sub_id])
+            if ordering.promote(self.conn, sub_id, topics[sub_id], keys[sub_id], now):
+                self.topics.add(topics[sub_id])

@@ -45,7 +45,7 @@ def as_read_columns(m: Any = message_log, h: Any = half_message, t: Any = txn
     return (m.c.queue_offset, m.c.committed_at, m.c.half_message_id,
             func.coalesce(m.c.properties, h.c.properties).label("properties"),
             func.coalesce(m.c.message_id, h.c.message_id).label("message_id"),
-            h.c["keys"], h.c.tag, h.c.body_is_text, h.c.created_at,
+            h.c["keys"], h.c.tag, h.c.ordering_key, h.c.body_is_text, h.c.created_at,
             t.c.transaction_id, t.c.producer_group)
 
 
@@ -65,7 +65,7 @@ def as_read(*body: Any) -> Select[Any]:
     """Committed messages as a read shows them, the one query of them (a topic's page, a
     receive, a dead-letter copy's source, the dashboard's page): ``as_read_columns``
     (offset, commit time, half message id, properties and id (a dead-letter copy's own),
-    keys, tag, ``body_is_text``, creation time, transaction id and producer group), and
+    keys, tag, ordering key, ``body_is_text``, creation time, transaction id and producer group), and
     ``body``: the columns the caller wants of the body (``BODY``, or ``body_size()`` and
     ``body_preview(n)``)."""
     return (select(*as_read_columns(), *body)

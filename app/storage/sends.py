@@ -33,6 +33,8 @@ class OutgoingMessage(Protocol):
     @property
     def tag(self) -> str | None: ...
     @property
+    def ordering_key(self) -> str | None: ...
+    @property
     def keys(self) -> list[str]: ...
     @property
     def properties(self) -> dict[str, str]: ...
@@ -136,8 +138,8 @@ def _message_rows(messages: Sequence[OutgoingMessage], ids: Sequence[str],
     or by key on PostgreSQL, where the same statement inserts it and gives its time).
 
     ``for_json``: rows of a JSON batch, where an absent key reads as NULL: a message
-    without a delay has no delay keys, so that those cost nothing, and no row has its
-    body, which travels beside the rows (``JsonRows``)."""
+    without a delay or an ordering key has no such keys, so that those cost nothing, and
+    no row has its body, which travels beside the rows (``JsonRows``)."""
     rows: list[dict[str, Any]] = [
         {"message_id": ids[seq], "seq": seq, "topic": m.topic, "tag": m.tag,
          "keys": orjson.dumps(m.keys).decode(), "properties": orjson.dumps(m.properties).decode(),
@@ -150,6 +152,8 @@ def _message_rows(messages: Sequence[OutgoingMessage], ids: Sequence[str],
         if not for_json or m.deliver_after_ms is not None or m.deliver_at is not None:
             row["deliver_after_ms"] = m.deliver_after_ms
             row["deliver_at"] = m.deliver_at
+        if not for_json or m.ordering_key is not None:
+            row["ordering_key"] = m.ordering_key
     return rows
 
 
@@ -163,8 +167,8 @@ def _insert_new_txns_stmt() -> Any:
 _SEND_TXN_COLUMNS = ("producer_group", "transaction_id", "state", "fingerprint",
                      "message_count", "check_url", "check_immunity_seconds", "check_times",
                      "next_check_at", "created_at")
-_SEND_MESSAGE_COLUMNS = ("message_id", "seq", "topic", "tag", "keys", "properties", "body",
-                         "body_is_text", "created_at", "deliver_after_ms", "deliver_at")
+_SEND_MESSAGE_COLUMNS = ("message_id", "seq", "topic", "tag", "ordering_key", "keys",
+                         "properties", "body", "body_is_text", "created_at", "deliver_after_ms", "deliver_at")
 
 _SEND_TXNS = JsonRows("t", [txn.c[n] for n in _SEND_TXN_COLUMNS])
 # each message row names its transaction by key; the INSERT of the transactions gives it

@@ -68,6 +68,36 @@ def acknowledge(conn: Connection, sub_id: int, offsets: Iterable[int]) -> int:
                                            _at_these(conn, wanted))).rowcount)
 
 
+def acknowledge_keyed(conn: Connection, sub_id: int, offsets: Iterable[int]
+                      ) -> tuple[int, list[str]]:
+    """``acknowledge`` on a key_shared subscription: only delivered rows (not those waiting
+    behind their key); how many, and the ordering keys of those acknowledged (each key's
+    next message is due to be promoted)."""
+    wanted = sorted(set(offsets))
+    if not wanted:
+        return 0, []
+    gone = list(conn.execute(_acknowledging(dialect_of(conn), sub_id, and_(
+        _at_these(conn, wanted), so.c.next_at.is_not(None))).returning(so.c.ordering_key)
+    ).scalars())
+    return len(gone), [k for k in gone if k is not None]
+
+
+def acknowledge_through(conn: Connection, sub_id: int, through: int) -> tuple[int, list[str]]:
+    """Acknowledge every offset up to ``through`` that no transaction holds; how many were
+    not acknowledged before, and their ordering keys."""
+    gone = list(conn.execute(_acknowledging(dialect_of(conn), sub_id,
+                                            so.c.queue_offset <= through)
+                             .returning(so.c.ordering_key)).scalars())
+    return len(gone), [k for k in gone if k is not None]
+
+
+def held_through(conn: Connection, sub_id: int, through: int) -> int | None:
+    """The lowest offset up to ``through`` that an unresolved transaction holds."""
+    return conn.execute(select(func.min(so.c.queue_offset)).where(
+        so.c.subscription_id == sub_id, so.c.held_by.is_not(None),
+        so.c.queue_offset <= through)).scalar_one_or_none()
+
+
 def _acknowledging(dialect: Dialect, sub_id: Any, at: Any) -> Any:
     """The delete of the offset rows ``at`` (a condition)."""
     free = and_(so.c.subscription_id == sub_id, so.c.held_by.is_(None))
@@ -76,19 +106,22 @@ def _acknowledging(dialect: Dialect, sub_id: Any, at: Any) -> Any:
     return delete(so).where(free, so.c.queue_offset.in_(locked))
 
 
-def acknowledge_named(conn: Connection, topic: str, name: str, offsets: Iterable[int]
-                      ) -> tuple[AnyRow | None, int]:
-    """``acknowledge`` on the subscription of this name: its row as it was (None if there
-    is none) and how many offsets were newly acknowledged. On PostgreSQL one statement
-    (the lookup and the delete together)."""
+def acknowledge_named(conn: Connection, topic: str, name: str, offsets: Iterable[int],
+                      *, unless_type: str) -> tuple[AnyRow | None, int]:
+    """``acknowledge`` on the subscription of this name, unless it is of type
+    ``unless_type``: its row as it was (None if there is none) and how many offsets were
+    newly acknowledged (0 when of that type: the caller acknowledges its way). On
+    PostgreSQL one statement (the lookup and the delete together)."""
     wanted = sorted(set(offsets))
     dialect = dialect_of(conn)
     if not dialect.one_statement_acks or not wanted:
         sub = get(conn, topic, name)
-        return sub, (acknowledge(conn, sub.id, wanted) if sub is not None else 0)
+        if sub is None or sub.type == unless_type:
+            return sub, 0
+        return sub, acknowledge(conn, sub.id, wanted)
     row = conn.execute(_acknowledge_named_stmt(dialect), {
         "a_topic": topic, "a_name": name, "a_first": wanted[0], "a_last": wanted[-1],
-        "a_offsets": wanted}).first()
+        "a_offsets": wanted, "a_unless": unless_type}).first()
     return (None, 0) if row is None else (row, int(row.acked))
 
 
@@ -98,7 +131,8 @@ def _acknowledge_named_stmt(dialect: Dialect) -> Any:
     execution (about 0.3 ms, most of it SQLAlchemy's cache key of the new statement)."""
     named = and_(subscription.c.topic == bindparam("a_topic"),
                  subscription.c.name == bindparam("a_name"))
-    sub_id = select(subscription.c.id).where(named).scalar_subquery()
+    sub_id = (select(subscription.c.id).where(named, subscription.c.type != bindparam("a_unless"))
+              .scalar_subquery())
     at = _at(bindparam("a_first"), bindparam("a_last"), so.c.queue_offset == any_(
         bindparam("a_offsets", type_=postgresql.ARRAY(BigInteger))))
     gone = _acknowledging(dialect, sub_id, at).returning(so.c.queue_offset).cte("gone")

@@ -35,12 +35,15 @@ from app.storage.subscriptions import locking_offsets, so
 
 
 def due(conn: Connection, sub_id: int, topic: str, now: datetime, limit: int, *,
-        dead_from: int | None = None, live_below: int | None = None) -> list[AnyRow]:
+        dead_from: int | None = None, live_below: int | None = None,
+        offsets_below: int | None = None) -> list[AnyRow]:
     """Offset rows deliverable now (not acknowledged, not held, their time come), lowest
-    first, with their message's body size: those delivered at least ``dead_from`` times,
-    or those delivered fewer than ``live_below`` times. Locked: an ack that came first
-    leaves them out, one that comes later waits for this transaction."""
-    stmt = (select(so.c.queue_offset, so.c.deliveries, body_size())
+    first, with their message's body size, tag and ordering key: those delivered at least
+    ``dead_from`` times, or those delivered fewer than ``live_below`` times; only offsets
+    below ``offsets_below`` if given. Locked: an ack that came first leaves them out, one
+    that comes later waits for this transaction."""
+    stmt = (select(so.c.queue_offset, so.c.deliveries, so.c.ordering_key, half_message.c.tag,
+                   body_size())
             .select_from(so.join(message_log, and_(message_log.c.topic == topic,
                                                   message_log.c.queue_offset == so.c.queue_offset))
                          .join(half_message, half_message.c.id == message_log.c.half_message_id))
@@ -51,7 +54,19 @@ def due(conn: Connection, sub_id: int, topic: str, now: datetime, limit: int, *,
         stmt = stmt.where(so.c.deliveries >= dead_from)
     if live_below is not None:
         stmt = stmt.where(so.c.deliveries < live_below)
+    if offsets_below is not None:
+        stmt = stmt.where(so.c.queue_offset < offsets_below)
     return list(conn.execute(locking_offsets(dialect_of(conn), stmt)))
+
+
+def blocked_from(conn: Connection, sub_id: int, now: datetime) -> int | None:
+    """The lowest offset given back and not deliverable yet (a nack's delay, a timed-out
+    lease's backoff), which on failover and exclusive comes again before any higher one.
+    It reads the rows due later: the leases and the given back ones, not the backlog."""
+    return conn.execute(select(func.min(so.c.queue_offset)).where(
+        so.c.subscription_id == sub_id, so.c.held_by.is_(None), so.c.next_at > now,
+        so.c.deliveries > 0,
+        or_(so.c.leased_until.is_(None), so.c.leased_until <= now))).scalar_one_or_none()
 
 
 def scan(conn: Connection, topic: str, from_offset: int, end: int) -> list[AnyRow]:
@@ -66,7 +81,8 @@ def scan(conn: Connection, topic: str, from_offset: int, end: int) -> list[AnyRo
 
 
 def scan_statement(topic: str, from_offset: int, end: int) -> Select[Any]:
-    return (select(message_log.c.queue_offset, message_log.c.deliver_at, body_size())
+    return (select(message_log.c.queue_offset, message_log.c.deliver_at, body_size(),
+                   half_message.c.tag, half_message.c.ordering_key)
             .join(half_message, half_message.c.id == message_log.c.half_message_id)
             .where(message_log.c.topic == topic, message_log.c.queue_offset >= from_offset,
                    message_log.c.queue_offset < end)
@@ -74,34 +90,40 @@ def scan_statement(topic: str, from_offset: int, end: int) -> Select[Any]:
 
 
 def add_offsets(conn: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
-    """New offset rows (subscription_id, queue_offset, deliveries, leased_until, next_at,
-    held_by)."""
-    insert_rows(conn, so, rows)
+    """New offset rows not leased (subscription_id, queue_offset, deliveries, next_at,
+    ordering_key): delayed ones, or ones waiting behind their key (``next_at`` None)."""
+    insert_rows(conn, so, [{"leased_until": None, "held_by": None, "consumer": None, **r}
+                           for r in rows])
 
 
 _LEASED_RANGE = text(
     "INSERT INTO subscription_offset (subscription_id, queue_offset, deliveries,"
-    " leased_until, next_at, held_by)"
-    " SELECT :sub, o, CAST(:deliveries AS INTEGER), :until, :next, NULL"
-    " FROM unnest(CAST(:offsets AS BIGINT[])) AS o")
+    " leased_until, next_at, held_by, consumer, ordering_key)"
+    " SELECT :sub, o, CAST(:deliveries AS INTEGER), :until, :next, NULL,"
+    " CAST(:consumer AS VARCHAR), k"
+    " FROM unnest(CAST(:offsets AS BIGINT[]), CAST(:keys AS VARCHAR[])) AS f (o, k)")
 
 
-def add_leased(conn: Connection, sub_id: int, offsets: Sequence[int], until: datetime,
-               next_at: datetime, deliveries: int) -> None:
-    """Offset rows for first deliveries (their ``deliveries``), leased until ``until``,
-    deliverable again from ``next_at``: on PostgreSQL one statement with the offsets as one array, since a
+def add_leased(conn: Connection, sub_id: int, offsets: Sequence[tuple[int, str | None]],
+               until: datetime, next_at: datetime, deliveries: int,
+               consumer: str | None) -> None:
+    """Offset rows for first deliveries (each an offset and its ordering key; their
+    ``deliveries``), leased to ``consumer`` until ``until``, deliverable again from
+    ``next_at``: on PostgreSQL one statement with the offsets as one array, since a
     receive inserts them with the subscription row locked."""
     if not offsets:
         return
     if dialect_of(conn).arrays:
         conn.execute(_LEASED_RANGE.bindparams(bindparam("until", type_=UTCDateTime()),
                                               bindparam("next", type_=UTCDateTime())),
-                     {"sub": sub_id, "offsets": list(offsets), "until": until, "next": next_at,
-                      "deliveries": deliveries})
+                     {"sub": sub_id, "offsets": [o for o, _ in offsets],
+                      "keys": [k for _, k in offsets], "until": until, "next": next_at,
+                      "deliveries": deliveries, "consumer": consumer})
         return
     insert_rows(conn, so, [{"subscription_id": sub_id, "queue_offset": o,
                             "deliveries": deliveries, "leased_until": until,
-                            "next_at": next_at, "held_by": None} for o in offsets])
+                            "next_at": next_at, "held_by": None, "consumer": consumer,
+                            "ordering_key": k} for o, k in offsets])
 
 
 # the subscription row locked (the commit not waiting for its flush); the cursor over the
@@ -117,7 +139,7 @@ _PICKED = ", ".join(f"p.{name}" for name in AS_READ_NAMES)
 _FIRST_DELIVERIES = text(f"""
 WITH sub AS (
     SELECT id, read_offset, ack_cursor, ack_timeout_ms, backoff_min_ms, backoff_max_ms,
-           xmin::text AS version,
+           type, tag_filter, xmin::text AS version,
            set_config('synchronous_commit', 'off', true) AS relaxed
     FROM subscription WHERE topic = :topic AND name = :name FOR UPDATE
 ), seen AS (  -- the row as the statement's snapshot has it: unchanged since, or not
@@ -134,7 +156,8 @@ WITH sub AS (
            :now + (ack_timeout_ms + LEAST(backoff_min_ms, backoff_max_ms))
                   * interval '1 millisecond' AS next_at
     FROM sub
-    WHERE ack_cursor >= COALESCE(
+    WHERE type = 'shared' AND tag_filter = '*'
+      AND ack_cursor >= COALESCE(
               (SELECT first_offset FROM topic_retention WHERE topic = :topic), 0)
       AND NOT EXISTS (SELECT FROM subscription_offset o
                       WHERE o.subscription_id = sub.id AND o.held_by IS NULL
@@ -143,7 +166,8 @@ WITH sub AS (
     SELECT w.*, sum(length(w.body)) OVER (ORDER BY w.queue_offset) AS used,
            row_number() OVER (ORDER BY w.queue_offset) AS n
     FROM plain, LATERAL (
-        SELECT {AS_READ_SQL}, h.body, m.deliver_at > :now AS delayed
+        SELECT {AS_READ_SQL}, h.body, h.ordering_key AS lease_key,
+               m.deliver_at > :now AS delayed
         FROM message_log m JOIN half_message h ON h.id = m.half_message_id
         JOIN txn t ON t.id = h.txn_id
         WHERE m.topic = :topic AND m.queue_offset >= plain.read_offset
@@ -156,9 +180,10 @@ WITH sub AS (
       AND queue_offset < ALL (SELECT queue_offset FROM window_ WHERE delayed)
 ), leased AS (
     INSERT INTO subscription_offset
-        (subscription_id, queue_offset, deliveries, leased_until, next_at, held_by)
+        (subscription_id, queue_offset, deliveries, leased_until, next_at, held_by,
+         consumer, ordering_key)
     SELECT plain.id, picked.queue_offset, CAST(:deliveries AS INTEGER), plain.until,
-           plain.next_at, NULL
+           plain.next_at, NULL, CAST(:consumer AS VARCHAR), picked.lease_key
     FROM picked, plain
 ), moved AS (
     UPDATE subscription
@@ -184,7 +209,7 @@ def one_statement_leases(engine: Engine) -> bool:
 
 def first_deliveries(conn: Connection, topic: str, name: str, now: datetime,
                      max_messages: int, max_bytes: int, *, max_offset: int,
-                     deliveries: int) -> list[AnyRow] | None:
+                     deliveries: int, consumer: str | None) -> list[AnyRow] | None:
     """PostgreSQL, on an ``each_statement_alone`` connection: a receive's common case as one
     statement: when nothing is due to be delivered again or dead-lettered and retention
     moved nothing, lease the committed messages past the read offset (lowest first, up to
@@ -192,6 +217,8 @@ def first_deliveries(conn: Connection, topic: str, name: str, now: datetime,
     delayed one) as ``add_leased`` does, move the read offset over them, and return them
     with the columns of ``app.storage.log.as_read``. The subscription is found by its name
     in the same statement.
+    Only a shared subscription without a tag filter takes it (the others decide per
+    message). ``consumer``: the name its leases go to.
     None when the case is not the common one or there is no such subscription (the caller
     takes the general way); an empty list when there is nothing to deliver.
     ``max_offset``: the highest offset there can be, which bounds the window's end;
@@ -213,7 +240,8 @@ def first_deliveries(conn: Connection, topic: str, name: str, now: datetime,
     may have rows the snapshot lacks: the cursor then stays for a later statement."""
     rows = plain_rows(conn.execute(_FIRST_DELIVERIES, {
         "topic": topic, "name": name, "now": now, "max_messages": max_messages,
-        "max_bytes": max_bytes, "max_offset": max_offset, "deliveries": deliveries}))
+        "max_bytes": max_bytes, "max_offset": max_offset, "deliveries": deliveries,
+        "consumer": consumer}))
     head = rows[0]
     if not head.plain or (head.queue_offset is None and head.delayed):
         return None
@@ -224,13 +252,15 @@ _LEASE = (update(so)
           .where(so.c.subscription_id == bindparam("b_sub"),
                  so.c.queue_offset == bindparam("b_offset"))
           .values(deliveries=so.c.deliveries + 1, leased_until=bindparam("b_until"),
-                  next_at=bindparam("b_next")))
+                  next_at=bindparam("b_next"), consumer=bindparam("b_consumer")))
 
 
-def lease(conn: Connection, sub_id: int, leases: Iterable[tuple[int, datetime, datetime]]
-          ) -> None:
-    """Count one more delivery of each (offset, leased until, next deliverable time)."""
-    params = [{"b_sub": sub_id, "b_offset": o, "b_until": u, "b_next": n} for o, u, n in leases]
+def lease(conn: Connection, sub_id: int, leases: Iterable[tuple[int, datetime, datetime]],
+          consumer: str | None) -> None:
+    """Count one more delivery of each (offset, leased until, next deliverable time), now
+    leased to ``consumer``."""
+    params = [{"b_sub": sub_id, "b_offset": o, "b_until": u, "b_next": n,
+               "b_consumer": consumer} for o, u, n in leases]
     if params:
         conn.execute(_LEASE, params)
 

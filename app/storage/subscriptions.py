@@ -34,6 +34,7 @@ from sqlalchemy import (
     Select,
     and_,
     delete,
+    exists,
     func,
     insert,
     literal,
@@ -47,6 +48,7 @@ from app.storage.dialects import Dialect, dialect_of
 from app.storage.schema import (
     AnyRow,
     UTCDateTime,
+    half_message,
     message_log,
     subscription,
     subscription_offset,
@@ -150,12 +152,14 @@ def reset(conn: Connection, sub_id: int, topic: str, offset: int, now: datetime)
     cursor = read = offset
     if highest is not None and highest >= offset:
         taken = select(so.c.queue_offset).where(held, so.c.queue_offset == message_log.c.queue_offset)
+        key = (select(half_message.c.ordering_key)
+               .where(half_message.c.id == message_log.c.half_message_id).scalar_subquery())
         conn.execute(insert(so).from_select(
             ["subscription_id", "queue_offset", "deliveries", "leased_until", "next_at",
-             "held_by"],
+             "held_by", "ordering_key"],
             select(literal(sub_id, BigInteger), message_log.c.queue_offset, literal(0),
                    null(), func.coalesce(message_log.c.deliver_at,
-                                         literal(now, UTCDateTime())), null())
+                                         literal(now, UTCDateTime())), null(), key)
             .where(message_log.c.topic == topic,
                    message_log.c.queue_offset.between(offset, highest), ~taken.exists())))
         read = int(highest) + 1
@@ -165,11 +169,41 @@ def reset(conn: Connection, sub_id: int, topic: str, offset: int, now: datetime)
                  .values(ack_cursor=cursor, read_offset=read))
 
 
-def drop_below(conn: Connection, sub_id: int, offset: int) -> None:
+def drop_below(conn: Connection, sub_id: int, topic: str, offset: int, now: datetime) -> None:
+    """Acknowledge every offset below ``offset`` (retention deleted them); a key whose
+    earlier messages went has its next one deliverable."""
     conn.execute(delete(so).where(so.c.subscription_id == sub_id, so.c.queue_offset < offset))
+    promote_key_heads(conn, sub_id, topic, now)
 
 
-def expire_below(conn: Connection, topic: str, end: int) -> list[tuple[str, int]]:
+def deliverable_from(topic: str, now: datetime) -> Any:
+    """When an offset row's message may go: now, or its delivery time if later (SQL)."""
+    later = (select(message_log.c.deliver_at)
+             .where(message_log.c.topic == topic, message_log.c.queue_offset == so.c.queue_offset,
+                    message_log.c.deliver_at > now).scalar_subquery())
+    return func.coalesce(later, literal(now, UTCDateTime()))
+
+
+def has_lower_of_its_key() -> Any:
+    """An offset row of the same subscription and ordering key below this one (SQL)."""
+    lower = so.alias("lower")
+    return exists(select(lower.c.queue_offset).where(
+        lower.c.subscription_id == so.c.subscription_id,
+        lower.c.ordering_key == so.c.ordering_key,
+        lower.c.queue_offset < so.c.queue_offset))
+
+
+def promote_key_heads(conn: Connection, sub_id: int, topic: str, now: datetime) -> None:
+    """Every waiting row (``next_at`` NULL, only on key_shared) that is now its key's
+    lowest made deliverable: after rows were deleted in bulk. It reads the subscription's
+    waiting rows: for retention and administration, not for each ack."""
+    conn.execute(update(so).where(so.c.subscription_id == sub_id, so.c.next_at.is_(None),
+                                  so.c.held_by.is_(None), ~has_lower_of_its_key())
+                 .values(next_at=deliverable_from(topic, now)))
+
+
+def expire_below(conn: Connection, topic: str, end: int, now: datetime
+                 ) -> list[tuple[str, int]]:
     """Move the ack cursors of ``topic``'s subscriptions that are below ``end`` (the new
     first retained offset) up to it, deleting their rows below it; for each moved one,
     (name, how many offsets it had not acknowledged: skipped by retention)."""
@@ -182,7 +216,7 @@ def expire_below(conn: Connection, topic: str, end: int) -> list[tuple[str, int]
     for sub in conn.execute(stmt).all():
         read_open = conn.execute(select(func.count()).where(
             so.c.subscription_id == sub.id, so.c.queue_offset < end)).scalar_one()
-        drop_below(conn, sub.id, end)
+        drop_below(conn, sub.id, topic, end, now)
         read = max(sub.read_offset, end)
         change(conn, sub.id, {"ack_cursor": end, "read_offset": read})
         advance(conn, sub.id, end, read)

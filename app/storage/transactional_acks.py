@@ -3,7 +3,7 @@ transaction until it resolves (``subscription_offset.held_by``), then settled.""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 
 from sqlalchemy import Connection, and_, delete, select, update
@@ -53,10 +53,16 @@ def forget_acks(conn: Connection, txn_ids: Sequence[int]) -> None:
         conn.execute(delete(txn_ack).where(among(conn, txn_ack.c.txn_id, txn_ids)))
 
 
-def drop_at(conn: Connection, sub_id: int, offsets: Sequence[int]) -> None:
-    """Acknowledge these offsets, whoever holds them (the caller checked and locked them)."""
-    conn.execute(delete(so).where(so.c.subscription_id == sub_id,
-                                  among(conn, so.c.queue_offset, offsets)))
+def drop_at(conn: Connection, sub_id: int, offsets: Sequence[int]) -> list[AnyRow]:
+    """Acknowledge these offsets, whoever holds them (the caller checked and locked them);
+    the (subscription_id, ordering_key) of those that had a key."""
+    return _keyed(conn.execute(delete(so).where(so.c.subscription_id == sub_id,
+                                                among(conn, so.c.queue_offset, offsets))
+                               .returning(so.c.subscription_id, so.c.ordering_key)))
+
+
+def _keyed(rows: Iterable[AnyRow]) -> list[AnyRow]:
+    return [r for r in rows if r.ordering_key is not None]
 
 
 def holders(conn: Connection, txn_ids: Sequence[int]) -> list[str]:
@@ -66,11 +72,20 @@ def holders(conn: Connection, txn_ids: Sequence[int]) -> list[str]:
                              .where(subscription.c.id.in_(ids))).scalars())
 
 
-def settle(conn: Connection, txn_ids: Sequence[int], now: datetime, *, commit: bool) -> int:
+def settle(conn: Connection, txn_ids: Sequence[int], now: datetime, *, commit: bool
+           ) -> list[AnyRow]:
     """What these transactions hold: acknowledged (their commit: the rows go) or released,
-    deliverable from ``now`` (their rollback or discard); how many offsets."""
+    deliverable from ``now`` (their rollback or discard). For a commit, the
+    (subscription_id, ordering_key) of the rows acknowledged that had a key."""
     held = among(conn, so.c.held_by, txn_ids)
     if commit:
-        return int(conn.execute(delete(so).where(held)).rowcount)
-    return int(conn.execute(update(so).where(held).values(
-        held_by=None, leased_until=None, next_at=now)).rowcount)
+        return _keyed(conn.execute(delete(so).where(held)
+                                   .returning(so.c.subscription_id, so.c.ordering_key)))
+    conn.execute(update(so).where(held).values(held_by=None, leased_until=None, next_at=now))
+    return []
+
+
+def topics_of(conn: Connection, sub_ids: Iterable[int]) -> dict[int, str]:
+    ids = sorted(set(sub_ids))
+    return {r.id: r.topic for r in conn.execute(
+        select(subscription.c.id, subscription.c.topic).where(among(conn, subscription.c.id, ids)))}

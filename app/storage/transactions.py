@@ -33,8 +33,8 @@ TXN_COLUMNS = (
 )
 MESSAGE_COLUMNS = (
     half_message.c.id, half_message.c.txn_id, half_message.c.seq, half_message.c.message_id,
-    half_message.c.topic, half_message.c.tag, half_message.c["keys"], half_message.c.properties,
-    half_message.c.body, half_message.c.body_is_text, half_message.c.created_at,
+    half_message.c.topic, half_message.c.tag, half_message.c.ordering_key, half_message.c["keys"],
+    half_message.c.properties, half_message.c.body, half_message.c.body_is_text, half_message.c.created_at,
 )
 ID_COLUMNS = (half_message.c.txn_id, half_message.c.message_id, half_message.c.topic)
 
@@ -65,7 +65,8 @@ def get_txn(conn: Connection, group: str, transaction_id: str) -> AnyRow | None:
 
 _TXN_AS_READ = (
     select(*TXN_COLUMNS, half_message.c.message_id, half_message.c.topic, half_message.c["keys"],
-           half_message.c.tag, half_message.c.properties, message_log.c.queue_offset)
+           half_message.c.tag, half_message.c.ordering_key, half_message.c.properties,
+           message_log.c.queue_offset)
     .select_from(txn.outerjoin(half_message, half_message.c.txn_id == txn.c.id)
                  .outerjoin(message_log, own_place()))
     .where(txn.c.producer_group == bindparam("group"),
@@ -143,8 +144,8 @@ def prepared_backlog(conn: Connection) -> tuple[int, datetime | None]:
 # a half message without its body: its size, and the first bytes when asked
 BODILESS_COLUMNS = (
     half_message.c.id, half_message.c.txn_id, half_message.c.seq, half_message.c.message_id,
-    half_message.c.topic, half_message.c.tag, half_message.c["keys"], half_message.c.properties,
-    half_message.c.body_is_text, half_message.c.created_at,
+    half_message.c.topic, half_message.c.tag, half_message.c.ordering_key, half_message.c["keys"],
+    half_message.c.properties, half_message.c.body_is_text, half_message.c.created_at,
     func.length(half_message.c.body).label("size"),
 )
 

@@ -70,7 +70,8 @@ def seeded(client: Any) -> dict[str, str]:
     token = make_token(client, "consume:nothing-here")
     return {"group": GROUP, "topic": TOPIC, "transaction_id": "t-2",
             "message_id": sent.json["messages"][0]["message_id"],
-            "token_id": token["token_id"], "subscription": "s"}
+            "token_id": token["token_id"], "subscription": "s",
+            "consumer": "c-1"}
 
 
 def _routes() -> Iterator[tuple[str, str, Access]]:

@@ -73,6 +73,9 @@ def test_the_boundaries_themselves_are_accepted(client) -> None:  # type: ignore
         with_msg(properties={f"k{i}": "v" for i in range(128)}),
         with_msg(properties={"k": "v" * (16 * 1024 - 1)}),
         with_msg(transaction_id="t" * 128),
+        with_msg(ordering_key="k"),
+        with_msg(ordering_key="é" * 256),
+        with_msg(ordering_key=None),
         with_msg(check_url="https://127.0.0.1:9/check", check_immunity_seconds=0),
         {"messages": [MSG] * 1000},
     ]

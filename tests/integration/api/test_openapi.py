@@ -118,7 +118,7 @@ def test_the_document_carries_the_contract_details() -> None:
     schemas = doc["components"]["schemas"]
     assert set(schemas["CommittedMessage"]["properties"]) == {
         "offset", "message_id", "transaction_id", "producer_group", "keys", "tag",
-        "properties", "body", "body_base64", "created_at", "committed_at"}
+        "ordering_key", "properties", "body", "body_base64", "created_at", "committed_at"}
     assert set(schemas["SentTransaction"]["required"]) == {
         "transaction_id", "producer_group", "state", "created_at", "messages"}
     assert {"transaction_id", "producer_group", "state", "check_times", "created_at",
@@ -220,7 +220,8 @@ def test_checks_and_states_the_fuzzer_cannot_reach_conform(harness: Harness) -> 
     cb = h.callback(answer("UNKNOWN"))
     h.register("shop", [cb.url])
     sent = h.send("shop", "order-1", check_url=cb.url, messages=[
-        {"topic": "orders", "body": "text", "keys": ["k1"], "tag": "t", "properties": {"p": "v"}},
+        {"topic": "orders", "body": "text", "keys": ["k1"], "tag": "t", "ordering_key": "o",
+         "properties": {"p": "v"}},
         {"topic": "payments", "body_base64": base64.b64encode(b"\x00\xff").decode()}])
     conforms(sent, "SentTransaction")
     h.start_checker()
@@ -250,7 +251,8 @@ def test_checks_and_states_the_fuzzer_cannot_reach_conform(harness: Harness) -> 
     conforms(c.get("/v1/topics").json, "TopicList")
     conforms(c.get(f"{base}?limit=1").json, "TransactionList")
     retry = c.post(base, json={"transaction_id": "order-1", "check_url": cb.url, "messages": [
-        {"topic": "orders", "body": "text", "keys": ["k1"], "tag": "t", "properties": {"p": "v"}},
+        {"topic": "orders", "body": "text", "keys": ["k1"], "tag": "t", "ordering_key": "o",
+         "properties": {"p": "v"}},
         {"topic": "payments", "body_base64": base64.b64encode(b"\x00\xff").decode()}]})
     assert retry.status_code == 200
     conforms(retry.json, "SentTransaction")

@@ -56,7 +56,7 @@ def test_check_commit_goes_through_the_api_code_path(harness_factory) -> None:
     before = metric("txmsg_checks_total", result="COMMIT")
     sent = h.send("shop", "order-1", messages=[
         {"topic": "orders", "body": "text body", "keys": ["k1"], "tag": "t",
-         "properties": {"p": "v"}},
+         "ordering_key": "o-1", "properties": {"p": "v"}},
         {"topic": "payments", "body_base64": base64.b64encode(b"\x00\xff").decode()}])
     h.start_checker()
 
@@ -67,9 +67,9 @@ def test_check_commit_goes_through_the_api_code_path(harness_factory) -> None:
         datetime.fromisoformat(sent["created_at"])
     assert check["messages"] == [
         {"message_id": sent["messages"][0]["message_id"], "topic": "orders", "keys": ["k1"],
-         "tag": "t", "properties": {"p": "v"}, "body": "text body"},
+         "tag": "t", "ordering_key": "o-1", "properties": {"p": "v"}, "body": "text body"},
         {"message_id": sent["messages"][1]["message_id"], "topic": "payments", "keys": [],
-         "tag": None, "properties": {}, "body_base64": "AP8="}]
+         "tag": None, "ordering_key": None, "properties": {}, "body_base64": "AP8="}]
     assert [m["body"] for m in h.topic("orders")] == ["text body"]
     assert [m["body_base64"] for m in h.topic("payments")] == ["AP8="]
     assert [(c.check_times, c.result, c.url) for c in h.check_log("shop", "order-1")] == \

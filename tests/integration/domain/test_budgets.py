@@ -99,7 +99,7 @@ def test_the_one_statement_receive_leases_as_leasing_says(
         assert leases.one_statement_leases(engine)
         with each_statement_alone(engine) as conn:
             rows = leases.first_deliveries(conn, "t", "s", NOW, 10, 1000, max_offset=MAX_INT64,
-                                           deliveries=leasing.FIRST_DELIVERY)
+                                           deliveries=leasing.FIRST_DELIVERY, consumer=None)
         assert rows is not None and [r.queue_offset for r in rows] == [0, 1, 2]
         with engine.connect() as conn:
             sub = store.get(conn, "t", "s")

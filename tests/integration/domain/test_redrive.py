@@ -39,7 +39,8 @@ def _dead_letters(client: Any) -> list[dict[str, Any]]:
     register(client)
     for i in range(N):
         assert send(client, transaction_id=f"tx-{i}", topic="orders", body=f"m{i}",
-                    tag="created", properties={"k": str(i)}).status_code == 201
+                    tag="created", ordering_key=f"o{i}",
+                    properties={"k": str(i)}).status_code == 201
         assert finish(client, f"tx-{i}", "commit").status_code == 200
     sub = "/v1/topics/orders/subscriptions/s"
     assert client.put(sub, json={"initial_position": "earliest",
@@ -69,6 +70,10 @@ def test_a_range_is_redriven_once_with_its_properties(
         ("orders", N), ("orders", N + 1), ("orders", N + 2)]
     republished = bodies(app, "orders")[N:]
     assert [b for b, _ in republished] == ["m1", "m2", "m3"]
+    # the dead letters and their redriven copies keep the ordering keys
+    assert [m["ordering_key"] for m in dead[1:4]] == ["o1", "o2", "o3"]
+    page = front(app).get("/v1/topics/orders/messages").json["messages"]
+    assert [m["ordering_key"] for m in page[N:]] == ["o1", "o2", "o3"]
     for (_, props), letter in zip(republished, dead[1:4], strict=True):
         assert props == letter["properties"]  # REAL_TOPIC, ORIGIN_* and the message's own
         assert props["ORIGIN_OFFSET"] == str(letter["offset"]) and props["k"] == props[

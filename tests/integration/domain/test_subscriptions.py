@@ -66,7 +66,9 @@ def test_create_update_get_list_delete(client: Any) -> None:
                     "max_redeliveries": 16,
                     "redelivery_backoff": {"min_ms": 1000, "max_ms": 60000},
                     "dead_letter_topic": "t-s-DLQ", "backlog": 0, "in_flight": 0,
-                    "ack_cursor": 3, "created_at": body["created_at"]}
+                    "ack_cursor": 3, "created_at": body["created_at"], "type": "shared",
+                    "consumer_timeout_ms": 30000, "tag_filter": "*", "consumers": [],
+                    "waiting": 0}
     again = client.put(f"{SUBS}/s", json={"ack_timeout_ms": 5000, "initial_position": "earliest",
                                           "dead_letter_topic": "dead"})
     assert again.status_code == 200
@@ -115,8 +117,8 @@ def test_receives_lease_lowest_offsets_first_and_acks_move_the_cursor(
     assert offsets(first) == [0, 1]
     assert first[0]["body"] == "m0" and first[0]["redelivery_count"] == 0
     assert set(first[0]) == {"offset", "message_id", "transaction_id", "producer_group",
-                             "keys", "tag", "properties", "body", "created_at",
-                             "committed_at", "redelivery_count"}
+                             "keys", "tag", "ordering_key", "properties", "body",
+                             "created_at", "committed_at", "redelivery_count"}
     assert offsets(receive(client, 2)) == [2, 3]  # leased ones go to nobody else
     assert describe(client)["in_flight"] == 4
     assert post(client, "ack", {"offsets": [1, 3]}) == {"acked": 2}

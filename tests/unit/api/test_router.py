@@ -9,7 +9,8 @@ from app.api.router import Router
 from app.api.routes import ROUTES, Route
 
 VALUES = {"group": "g-1", "transaction_id": "t.1", "topic": "orders", "subscription": "s",
-          "message_id": "0F8E3B0C9D2A4C6E8F1A2B3C4D5E6F70", "token_id": "0123456789abcdef"}
+          "message_id": "0F8E3B0C9D2A4C6E8F1A2B3C4D5E6F70", "token_id": "0123456789abcdef",
+          "consumer": "c-1"}
 
 
 def _concrete(route: Route) -> str:

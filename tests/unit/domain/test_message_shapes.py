@@ -36,6 +36,7 @@ def _row(*, text: bool = True, offset: int | None = 7, state: State = State.COMM
     return SimpleNamespace(
         message_id="0F8E3B0C9D2A4C6E8F1A2B3C4D5E6F70", transaction_id="order-1",
         producer_group="orders-svc", topic="orders", state=state, tag="created",
+        ordering_key="order-1",
         keys='["k1"]', properties='{"region":"eu"}',
         body=b"hello" if text else b"\x00\xff", body_is_text=text,
         queue_offset=offset, created_at=_T, committed_at=_T if offset is not None else None)

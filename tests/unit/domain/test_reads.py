@@ -29,7 +29,7 @@ def test_a_text_body_is_text_and_a_binary_one_base64() -> None:
 def stored(**overrides: Any) -> Any:
     return SimpleNamespace(**{
         "queue_offset": 7, "message_id": "M" * 32, "transaction_id": "t-1",
-        "producer_group": "shop", "keys": '["k1","k2"]', "tag": None,
+        "producer_group": "shop", "keys": '["k1","k2"]', "tag": None, "ordering_key": "o",
         "properties": '{"a":"1"}', "body": b"\x01", "body_is_text": False,
         "created_at": AT, "committed_at": AT, **overrides})
 
@@ -38,7 +38,7 @@ def test_a_read_message_writes_its_stored_json_as_it_is() -> None:
     shown = as_read(stored())
     assert orjson.loads(orjson.dumps(shown)) == {
         "offset": 7, "message_id": "M" * 32, "transaction_id": "t-1",
-        "producer_group": "shop", "keys": ["k1", "k2"], "tag": None,
+        "producer_group": "shop", "keys": ["k1", "k2"], "tag": None, "ordering_key": "o",
         "properties": {"a": "1"}, "body_base64": "AQ==",
         "created_at": "2024-05-01T00:00:00+00:00", "committed_at": "2024-05-01T00:00:00+00:00"}
     assert isinstance(shown["properties"], orjson.Fragment)  # not parsed and dumped again

@@ -134,7 +134,8 @@ def test_only_another_topic_than_the_default_needs_consume_on_it() -> None:
 def test_a_new_subscription_stores_every_setting() -> None:
     assert named_settings("orders", "billing", SubscriptionIn(), new=True) == {
         "ack_timeout_ms": 30000, "max_redeliveries": 16, "backoff_min_ms": 1000,
-        "backoff_max_ms": 60000, "dead_letter_topic": "orders-billing-DLQ"}
+        "backoff_max_ms": 60000, "dead_letter_topic": "orders-billing-DLQ",
+        "type": "shared", "consumer_timeout_ms": 30000, "tag_filter": "*"}
 
 
 def test_an_existing_subscription_stores_only_what_the_request_names() -> None:
@@ -152,3 +153,19 @@ def test_a_default_dead_letter_topic_too_long_for_a_name_must_be_given() -> None
     assert caught.value.code == "invalid_dead_letter_topic"
     given = SubscriptionIn(dead_letter_topic="dead")
     assert named_settings("orders", long_name, given, new=True)["dead_letter_topic"] == "dead"
+
+
+@pytest.mark.parametrize(("given", "stored"), [
+    ("*", "*"), (" * ", "*"), ("created", "created"), ("created || paid", "created||paid"),
+    ("a||b||a", "a||b"), ("x y||z", "x y||z")])
+def test_a_tag_filter_is_stored_normalized(given: str, stored: str) -> None:
+    request = parse_body(SubscriptionIn, {"tag_filter": given})
+    assert named_settings("orders", "billing", request, new=False) == {"tag_filter": stored}
+
+
+@pytest.mark.parametrize("given", ["", "||", "a||", "||a", "a|b", "a||*", "*||a", "a*",
+                                   "a\x00", "t" * 5000])
+def test_a_malformed_tag_filter_is_refused(given: str) -> None:
+    with pytest.raises(InvalidRequest) as caught:
+        parse_body(SubscriptionIn, {"tag_filter": given})
+    assert caught.value.code == "invalid_tag_filter"

@@ -19,8 +19,9 @@ def message(topic: str, body: str | bytes, *, keys: Iterable[str] = (), tag: str
     """One message for ``send``: text bodies as ``body``, bytes as ``body_base64``.
 
     ``deliver_after_ms`` (counted from the commit) or ``deliver_at``: subscriptions do not
-    deliver it before then (offset reads show it at once). ``ordering_key``: a key_shared
-    subscription delivers a key's messages one at a time, in order.
+    deliver it before then (offset reads show it at once). ``ordering_key`` (1..256
+    characters): a key_shared subscription delivers the messages of a key one at a time,
+    in offset order.
     """
     out: dict[str, Any] = {"topic": topic}
     if isinstance(body, bytes | bytearray | memoryview):
@@ -31,12 +32,12 @@ def message(topic: str, body: str | bytes, *, keys: Iterable[str] = (), tag: str
         out["keys"] = list(keys)
     if tag is not None:
         out["tag"] = tag
+    if ordering_key is not None:
+        out["ordering_key"] = ordering_key
     if properties:
         out["properties"] = dict(properties)
     if deliver_after_ms is not None:
         out["deliver_after_ms"] = deliver_after_ms
-    if ordering_key is not None:
-        out["ordering_key"] = ordering_key
     if deliver_at is not None:
         out["deliver_at"] = deliver_at if isinstance(deliver_at, str) else \
             deliver_at.isoformat().replace("+00:00", "Z")
