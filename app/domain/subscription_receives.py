@@ -122,7 +122,6 @@ def _lease(conn: Connection, sub: AnyRow, max_messages: int, max_bytes: int,
         cursor = max(cursor, read if seen.lowest_open is None else min(seen.lowest_open, read))
     spent = leasing.dead_letter_from(sub)
     any_due = seen.any_due  # usually nothing is due: one look instead of two
-    freed: list[str] = []  # keys whose message went: their next one is due
     dead = (leases.due(conn, sub.id, topic, now, _DEAD_LETTERS_PER_RECEIVE, dead_from=spent)
             if any_due else [])
     if dead:
@@ -131,7 +130,10 @@ def _lease(conn: Connection, sub: AnyRow, max_messages: int, max_bytes: int,
         cursor = _dead_letter(conn, sub, {r.queue_offset: r.deliveries for r in dead},
                               stored[0], read, now)
         stored = (cursor, stored[1])
-        freed += [r.ordering_key for r in dead if r.ordering_key is not None]
+        dead_keys = [r.ordering_key for r in dead if r.ordering_key is not None]
+        if dead_keys:  # their next messages go in this receive already
+            ordering.take_turns(conn, sub.id, dead_keys)
+            ordering.promote(conn, sub.id, topic, dead_keys, now)
 
     until = leasing.lease_until(sub, now)
     picked: list[tuple[int, int]] = []  # (offset, redelivery count)
@@ -139,8 +141,9 @@ def _lease(conn: Connection, sub: AnyRow, max_messages: int, max_bytes: int,
     full = False
     blocked = leases.blocked_from(conn, sub.id, now) if kind.in_offset_order else None
     filtered: list[int] = []  # never delivered, and the filter leaves them out
+    freed: list[str] = []  # their keys: the next message of each is due
     for r in (leases.due(conn, sub.id, topic, now, max_messages, live_below=spent,
-                         offsets_below=blocked) if any_due or blocked is not None else []):
+                         offsets_below=blocked) if any_due or dead else []):
         if r.deliveries == 0 and not tag_filters.matches(sub.tag_filter, r.tag):
             filtered.append(r.queue_offset)
             if r.ordering_key is not None:

@@ -18,19 +18,19 @@ from __future__ import annotations
 import zlib
 from collections.abc import Iterable
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import (
     Connection,
     String,
-    Values,
-    column,
     exists,
     func,
+    literal,
     or_,
     select,
     update,
-    values,
 )
+from sqlalchemy.dialects import postgresql
 
 from app.storage.dialects import dialect_of
 from app.storage.subscriptions import (
@@ -53,15 +53,21 @@ def take_turns(conn: Connection, sub_id: int, keys: Iterable[str]) -> None:
     dialect_of(conn).take_turns_on(conn, sub_id, _names(keys))
 
 
-def _keys_table(keys: list[str]) -> Values:
-    return values(column("k", String), name="keys").data([(k,) for k in keys])
+def _keys_table(keys: list[str]) -> Any:
+    """The keys as a table of one column ``k``: one array parameter (``unnest``)."""
+    return func.unnest(literal(keys, postgresql.ARRAY(String))).table_valued("k").render_derived()
 
 
 def open_keys(conn: Connection, sub_id: int, keys: Iterable[str]) -> set[str]:
-    """The keys among these that have an offset row (a message not acknowledged)."""
+    """The keys among these that have an offset row (a message not acknowledged): one
+    probe of the key index per key where the keys are one array; elsewhere (a database in
+    this process) the keys' rows read through the same index."""
     wanted = sorted(set(keys))
     if not wanted:
         return set()
+    if not dialect_of(conn).arrays:
+        return set(conn.execute(select(so.c.ordering_key).distinct().where(
+            so.c.subscription_id == sub_id, so.c.ordering_key.in_(wanted))).scalars())
     table = _keys_table(wanted)
     stmt = select(table.c.k).where(exists(select(so.c.queue_offset).where(
         so.c.subscription_id == sub_id, so.c.ordering_key == table.c.k)))
@@ -75,11 +81,16 @@ def promote(conn: Connection, sub_id: int, topic: str, keys: Iterable[str],
     wanted = sorted(set(keys))
     if not wanted:
         return 0
-    table = _keys_table(wanted)
-    lowest = (select(so.c.queue_offset).where(so.c.subscription_id == sub_id,
-                                               so.c.ordering_key == table.c.k)
-              .order_by(so.c.queue_offset).limit(1).scalar_subquery())
-    heads = select(lowest).select_from(table)
+    if dialect_of(conn).arrays:
+        table = _keys_table(wanted)
+        lowest = (select(so.c.queue_offset).where(so.c.subscription_id == sub_id,
+                                                   so.c.ordering_key == table.c.k)
+                  .order_by(so.c.queue_offset).limit(1).scalar_subquery())
+        heads: Any = select(lowest).select_from(table)
+    else:
+        heads = (select(func.min(so.c.queue_offset))
+                 .where(so.c.subscription_id == sub_id, so.c.ordering_key.in_(wanted))
+                 .group_by(so.c.ordering_key))
     return int(conn.execute(
         update(so).where(so.c.subscription_id == sub_id, so.c.queue_offset.in_(heads),
                          so.c.next_at.is_(None), so.c.held_by.is_(None))
