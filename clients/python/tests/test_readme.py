@@ -35,7 +35,7 @@ def expected_output(block: str) -> list[str]:
 
 def test_readme_python_examples_run(service: Service, tmp_path: Path) -> None:
     blocks = python_blocks()
-    assert len(blocks) == 3
+    assert len(blocks) == 4
     env = {"TXMSG_URL": service.url, "PATH": os.environ.get("PATH", "/usr/bin")}
     for block in blocks[1:]:  # the first one only imports
         script = tmp_path / "example.py"

@@ -99,3 +99,36 @@ def test_an_interrupt_settles_the_rest_then_leaves() -> None:
 
     with pytest.raises(KeyboardInterrupt):
         run([msg(8), msg(9), msg(10)], answer)
+
+
+def keyed(offset: int, key: str | None, topic: str = "in") -> ReceivedMessage:
+    return ReceivedMessage(topic=topic, offset=offset, message_id=f"m{offset}", body="x",
+                           body_bytes=b"x", ordering_key=key)
+
+
+def test_a_failed_message_holds_back_the_rest_of_its_key_in_the_batch() -> None:
+    handled: list[int] = []
+
+    def answer(step: _relay.Step) -> Any:
+        if isinstance(step, _relay.Handle):
+            handled.append(step.message.offset)
+            if step.message.offset == 0:
+                raise ValueError("bad")
+        return {}
+
+    batch = [keyed(0, "a"), keyed(1, "b"), keyed(2, "a"), keyed(3, None), keyed(4, "a"),
+             keyed(5, "a", topic="other")]
+    result, seen = run(batch, answer)
+    assert handled == [0, 1, 3, 5]  # key a stops at its failure; b, no key, a of another topic go on
+    assert (result.acked, result.nacked, result.held) == ([1, 3, 5], [0], [2, 4])
+    nack = next(s for s in seen if isinstance(s, _relay.Call) and s.action == "nack")
+    assert [m.offset for m in nack.kwargs["offsets"]] == [0, 2, 4]  # the failed one first
+
+
+def test_settling_names_each_message_so_it_goes_to_its_topic() -> None:
+    result, seen = run([keyed(0, None, "t1"), keyed(0, None, "t2")],
+                       lambda step: {"topic": "out", "body": "x"}
+                       if isinstance(step, _relay.Handle) else {"messages": []}, relay=True)
+    send = next(s for s in seen if isinstance(s, _relay.Call) and s.action == "send")
+    assert send.kwargs["acks"] == [{"topic": "t1", "subscription": "sub", "offsets": [0]},
+                                   {"topic": "t2", "subscription": "sub", "offsets": [0]}]

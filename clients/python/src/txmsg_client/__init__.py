@@ -13,7 +13,9 @@ where the service asks the group's callback, served by ``txmsg_client.callback``
 (``checker_app(checker)``, ``CheckerServer``; the ``[callback]`` extra, werkzeug).
 ``Consumer`` receives from a subscription: ``receive``, ``ack``, ``nack``, ``renew``,
 ``seek``, and ``run(handler)``, which with a ``producer`` publishes the handler's output
-and acknowledges its input in one transaction.
+and acknowledges its input in one transaction. It names itself (``consumer=``), takes the
+subscription's type (shared, key_shared, failover, exclusive) and tag filter, acknowledges
+cumulatively, and consumes several topics (``topics=``, ``topics_pattern=``).
 This package depends on ``requests`` only, never on the service's code.
 """
 

@@ -104,15 +104,25 @@ def subscription_path(topic: str, subscription: str) -> str:
     return f"/v1/topics/{quote(topic, safe='')}/subscriptions/{quote(subscription, safe='')}"
 
 
-def subscribe(path: str, *, initial_position: str | None, ack_timeout_ms: int | None,
-              max_redeliveries: int | None, redelivery_backoff: Mapping[str, int] | None,
-              dead_letter_topic: str | None) -> Request:
-    """Create or change a subscription: only the settings given are sent."""
+def subscription_settings(*, initial_position: str | None = None,
+                          ack_timeout_ms: int | None = None, max_redeliveries: int | None = None,
+                          redelivery_backoff: Mapping[str, int] | None = None,
+                          dead_letter_topic: str | None = None, type: str | None = None,  # noqa: A002
+                          consumer_timeout_ms: int | None = None,
+                          tag_filter: str | None = None) -> dict[str, Any]:
+    """The body of a subscription's ``PUT``: only the settings given (the service keeps
+    the others as they are)."""
     settings = {"initial_position": initial_position, "ack_timeout_ms": ack_timeout_ms,
                 "max_redeliveries": max_redeliveries,
                 "redelivery_backoff": dict(redelivery_backoff) if redelivery_backoff else None,
-                "dead_letter_topic": dead_letter_topic}
-    return Request("PUT", path, {k: v for k, v in settings.items() if v is not None})
+                "dead_letter_topic": dead_letter_topic, "type": type,
+                "consumer_timeout_ms": consumer_timeout_ms, "tag_filter": tag_filter}
+    return {k: v for k, v in settings.items() if v is not None}
+
+
+def subscribe(path: str, settings: Mapping[str, Any]) -> Request:
+    """Create or change a subscription (``subscription_settings``)."""
+    return Request("PUT", path, dict(settings))
 
 
 def describe(path: str) -> Request:
@@ -123,20 +133,36 @@ def unsubscribe(path: str) -> Request:
     return Request("DELETE", path)
 
 
-def receive(path: str, max_messages: int, wait_ms: int) -> Request:
+def receive(path: str, max_messages: int, wait_ms: int, consumer: str) -> Request:
     return Request("POST", f"{path}/receive", {"max_messages": max_messages,
-                                               "wait_ms": wait_ms}, wait_ms)
+                                               "wait_ms": wait_ms, "consumer": consumer},
+                   wait_ms)
 
 
-def settle(path: str, action: str, offsets: list[int],
+def settle(path: str, action: str, offsets: list[int], consumer: str,
            delay_ms: int | None = None) -> Request | None:
     """``ack``, ``nack`` or ``renew`` of ``offsets``; None when there are none (no call)."""
     if not offsets:
         return None
-    body: dict[str, Any] = {"offsets": offsets}
+    body: dict[str, Any] = {"offsets": offsets, "consumer": consumer}
     if delay_ms is not None:
         body["delay_ms"] = delay_ms
     return Request("POST", f"{path}/{action}", body)
+
+
+def ack_through(path: str, offset: int, consumer: str) -> Request:
+    """Cumulative acknowledgement: every offset up to ``offset`` (exclusive and failover)."""
+    return Request("POST", f"{path}/ack", {"through": offset, "consumer": consumer})
+
+
+def leave(path: str, consumer: str) -> Request:
+    """The consumer leaves the subscription: its leases are released at once."""
+    return Request("DELETE", f"{path}/consumers/{quote(consumer, safe='')}")
+
+
+def list_topics(after: str | None, limit: int) -> Request:
+    query = f"?limit={limit}" + (f"&after={quote(after, safe='')}" if after else "")
+    return Request("GET", f"/v1/topics{query}")
 
 
 def settled(action: str, answer: Mapping[str, Any], asked: int) -> int:

@@ -15,9 +15,9 @@ import logging
 import uuid
 from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
-from txmsg_client._wire import BatchResult, Message, ReceivedMessage
+from txmsg_client._wire import BatchResult, Message, ReceivedMessage, offsets_by_topic
 from txmsg_client.errors import TxmsgError
 
 log = logging.getLogger("txmsg_client.consumer")
@@ -52,6 +52,7 @@ class Sleep:
 
 Step = Handle | Call | Sleep
 Steps = Generator[Step, Any, Any]
+S = TypeVar("S")
 
 
 def transient(exc: BaseException) -> bool:
@@ -64,7 +65,7 @@ def next_pause(pause: float) -> float:
     return min(30.0, max(0.5, 2 * pause))
 
 
-def drive(steps: Steps, do: Callable[[Step], Any]) -> Any:
+def drive(steps: Generator[S, Any, Any], do: Callable[[S], Any]) -> Any:
     """Run ``steps`` to the end, each by ``do`` (blocking); their result."""
     try:
         step = next(steps)
@@ -88,10 +89,10 @@ def outputs_of(output: Any) -> list[Message]:
     return list(output)
 
 
-def transactions(done: list[tuple[int, list[Message]]]
-                 ) -> list[list[tuple[int, list[Message]]]]:
+def transactions(done: list[tuple[ReceivedMessage, list[Message]]]
+                 ) -> list[list[tuple[ReceivedMessage, list[Message]]]]:
     """Inputs grouped in order so that no transaction has more than 1000 messages."""
-    groups: list[list[tuple[int, list[Message]]]] = []
+    groups: list[list[tuple[ReceivedMessage, list[Message]]]] = []
     size = MAX_TRANSACTION_MESSAGES + 1
     for item in done:
         if size + len(item[1]) > MAX_TRANSACTION_MESSAGES:
@@ -104,58 +105,76 @@ def transactions(done: list[tuple[int, list[Message]]]
 
 class Batch:
     """One batch's handling: ``steps()`` is the generator; ``failures`` are the driver's
-    exceptions of a call that did not go through (its transport's, and ``TxmsgError``)."""
+    exceptions of a call that did not go through (its transport's, and ``TxmsgError``).
+    The ack and nack calls name the messages themselves, so that each goes to its topic's
+    subscription (a consumer of several topics)."""
 
-    def __init__(self, messages: Sequence[ReceivedMessage], topic: str, subscription: str, *,
-                 relay: bool, failures: tuple[type[BaseException], ...]) -> None:
+    def __init__(self, messages: Sequence[ReceivedMessage], topic: str | None,
+                 subscription: str, *, relay: bool,
+                 failures: tuple[type[BaseException], ...]) -> None:
         self.messages = messages
         self.topic = topic
         self.subscription = subscription
         self.relay = relay
         self.failures = failures
         self.result = BatchResult()
+        self._given_back: list[ReceivedMessage] = []
 
     def steps(self) -> Steps:
-        """Run the handler on each message, then settle the batch (``Consumer.handle``)."""
+        """Run the handler on each message, then settle the batch (``Consumer.handle``).
+
+        A key's order is kept: once a message with an ordering key fails, the later
+        messages of that key in the batch are not handled but given back with it, so
+        that they come again after it, in order; other keys go on."""
         result = self.result
-        done: list[tuple[int, list[Message]]] = []
+        done: list[tuple[ReceivedMessage, list[Message]]] = []
+        failed_keys: set[tuple[str, str]] = set()
         for i, message in enumerate(self.messages):
+            key = (message.topic, message.ordering_key) if message.ordering_key else None
+            if key in failed_keys:
+                result.held.append(message.offset)
+                self._given_back.append(message)
+                continue
             try:
                 output = yield Handle(message)
             except Exception:
                 log.exception("handler failed on %s offset %d (redelivery %d)",
-                              self.topic, message.offset, message.redelivery_count)
+                              message.topic, message.offset, message.redelivery_count)
                 result.nacked.append(message.offset)
+                self._given_back.append(message)
+                if key is not None:
+                    failed_keys.add(key)
                 continue
             except BaseException:  # KeyboardInterrupt, cancelled: settle, then leave
-                yield from self._settle(done, release=[m.offset for m in self.messages[i:]])
+                yield from self._settle(done, release=self.messages[i:])
                 raise
-            done.append((message.offset, outputs_of(output) if self.relay else []))
+            done.append((message, outputs_of(output) if self.relay else []))
         yield from self._settle(done)
         return result
 
-    def _settle(self, done: list[tuple[int, list[Message]]],
-                release: Sequence[int] = ()) -> Steps:
+    def _settle(self, done: list[tuple[ReceivedMessage, list[Message]]],
+                release: Sequence[ReceivedMessage] = ()) -> Steps:
         result = self.result
-        plain = [offset for offset, outputs in done if not self.relay or not outputs]
+        plain = [m for m, outputs in done if not self.relay or not outputs]
         if self.relay:
-            for group in transactions([(o, out) for o, out in done if out]):
+            for group in transactions([(m, out) for m, out in done if out]):
                 yield from self._transact(group)
         if plain and (yield from self._quietly(Call("ack", {"offsets": plain}))):
-            result.acked.extend(plain)
-        if result.nacked:
-            yield from self._quietly(Call("nack", {"offsets": list(result.nacked)}))
+            result.acked.extend(m.offset for m in plain)
+        if self._given_back:  # in offset order: a failed message before those it held
+            yield from self._quietly(Call("nack", {"offsets": list(self._given_back)}))
         if release:
-            result.released.extend(release)
+            result.released.extend(m.offset for m in release)
             yield from self._quietly(Call("nack", {"offsets": list(release), "delay_ms": 0}))
 
-    def _transact(self, group: list[tuple[int, list[Message]]]) -> Steps:
+    def _transact(self, group: list[tuple[ReceivedMessage, list[Message]]]) -> Steps:
         """One transaction: the outputs of ``group`` with its inputs' acks."""
         result = self.result
-        inputs = [offset for offset, _ in group]
-        outputs = [m for _, out in group for m in out]
+        inputs = [m for m, _ in group]
+        outputs = [out for _, outs in group for out in outs]
         txid = f"relay-{uuid.uuid4().hex}"
-        acks = [{"topic": self.topic, "subscription": self.subscription, "offsets": inputs}]
+        acks = [{"topic": topic, "subscription": self.subscription, "offsets": offsets}
+                for topic, offsets in offsets_by_topic(inputs, self.topic).items()]
         try:
             yield from self._retrying(Call("send", {"messages": outputs, "transaction_id": txid,
                                                     "acks": acks}))
@@ -166,7 +185,7 @@ class Batch:
             # refused (409 ack_not_pending: acknowledged elsewhere, say): nothing stored
             log.warning("transaction refused, its inputs given back: %s", exc)
             result.errors.append(exc)  # type: ignore[arg-type]
-            result.released.extend(inputs)
+            result.released.extend(m.offset for m in inputs)
             yield from self._quietly(Call("nack", {"offsets": inputs, "delay_ms": 0}))
             return
         try:
@@ -176,13 +195,13 @@ class Batch:
                     and exc.code not in ACK_REFUSALS:
                 # 409: resolved otherwise (rolled back by a check): its acks released
                 result.errors.append(exc)
-                result.released.extend(inputs)
+                result.released.extend(m.offset for m in inputs)
                 return
             yield from self._abandon(txid, inputs, exc)
             return
         self._committed(txid, inputs, answer)
 
-    def _abandon(self, txid: str, inputs: list[int], why: BaseException) -> Steps:
+    def _abandon(self, txid: str, inputs: list[ReceivedMessage], why: BaseException) -> Steps:
         """Roll back a transaction whose send or commit did not go through."""
         result = self.result
         result.errors.append(why)  # type: ignore[arg-type]
@@ -190,7 +209,7 @@ class Batch:
             yield from self._retrying(Call("rollback", {"transaction_id": txid}))
         except self.failures as exc:
             if isinstance(exc, TxmsgError) and exc.status == 404:  # the send was never stored
-                result.released.extend(inputs)
+                result.released.extend(m.offset for m in inputs)
                 yield from self._quietly(Call("nack", {"offsets": inputs, "delay_ms": 0}))
                 return
             if isinstance(exc, TxmsgError) and exc.status == 409:
@@ -206,11 +225,12 @@ class Batch:
             log.warning("transaction %s left to the check: %s", txid, exc)
             return
         log.warning("transaction %s rolled back, its inputs released: %s", txid, why)
-        result.released.extend(inputs)
+        result.released.extend(m.offset for m in inputs)
 
-    def _committed(self, txid: str, inputs: list[int], answer: Mapping[str, Any]) -> None:
+    def _committed(self, txid: str, inputs: list[ReceivedMessage],
+                   answer: Mapping[str, Any]) -> None:
         self.result.transactions.append(txid)
-        self.result.acked.extend(inputs)
+        self.result.acked.extend(m.offset for m in inputs)
         self.result.published.extend(answer.get("messages", []))
 
     def _quietly(self, call: Call) -> Steps:
@@ -219,8 +239,8 @@ class Batch:
         try:
             yield call
         except self.failures as exc:
-            log.warning("could not settle messages of %s/%s, they will be redelivered: %s",
-                        self.topic, self.subscription, exc)
+            log.warning("could not settle messages of subscription %s, they will be "
+                        "redelivered: %s", self.subscription, exc)
             self.result.errors.append(exc)  # type: ignore[arg-type]
             return False
         return True

@@ -50,7 +50,7 @@ class ReceivedMessage:
 
     ``body`` is the text of a message sent with a text body, None for a binary one;
     ``body_bytes`` is the body as bytes either way. ``redelivery_count``: how many times
-    it was delivered before this one.
+    it was delivered before this one. ``ordering_key``: the key whose messages come in order.
     """
 
     topic: str
@@ -93,6 +93,20 @@ def offsets_of(items: Offsets) -> list[int]:
     return [i.offset if isinstance(i, ReceivedMessage) else int(i) for i in items]
 
 
+def offsets_by_topic(items: Offsets, topic: str | None) -> dict[str, list[int]]:
+    """Offsets grouped by the topic they belong to: a message's own, and ``topic`` for a
+    bare offset (which a consumer of several topics cannot place: ValueError)."""
+    grouped: dict[str, list[int]] = {}
+    for item in items:
+        if isinstance(item, ReceivedMessage):
+            grouped.setdefault(item.topic, []).append(item.offset)
+        elif topic is None:
+            raise ValueError("a consumer of several topics settles messages, not bare offsets")
+        else:
+            grouped.setdefault(topic, []).append(int(item))
+    return grouped
+
+
 def received(topic: str, answer: Mapping[str, Any]) -> list[ReceivedMessage]:
     """The messages of a receive's answer."""
     return [ReceivedMessage.from_answer(topic, m) for m in answer["messages"]]
@@ -105,7 +119,8 @@ class BatchResult:
     ``acked``: offsets acknowledged (at once, or by the commit of the transaction that
     published their outputs); ``nacked``: offsets whose handler raised, given back;
     ``released``: offsets whose transaction did not commit (rolled back, or refused),
-    redelivered. ``published``: the committed output messages with their offsets.
+    redelivered. ``held``: offsets not handled because an earlier message of their
+    ordering key failed in the batch; given back with it, so the key's order is kept. ``published``: the committed output messages with their offsets.
     ``errors``: what went wrong with the service on the way (the batch's messages are
     then redelivered, never lost).
     """
@@ -113,6 +128,7 @@ class BatchResult:
     acked: list[int] = field(default_factory=list)
     nacked: list[int] = field(default_factory=list)
     released: list[int] = field(default_factory=list)
+    held: list[int] = field(default_factory=list)
     published: list[dict[str, Any]] = field(default_factory=list)
     transactions: list[str] = field(default_factory=list)
     errors: list[Exception] = field(default_factory=list)
@@ -127,6 +143,7 @@ class RunStats:
     acked: int = 0
     nacked: int = 0
     released: int = 0
+    held: int = 0
     published: int = 0
     transactions: int = 0
     errors: int = 0
@@ -137,6 +154,7 @@ class RunStats:
         self.acked += len(result.acked)
         self.nacked += len(result.nacked)
         self.released += len(result.released)
+        self.held += len(result.held)
         self.published += len(result.published)
         self.transactions += len(result.transactions)
         self.errors += len(result.errors)

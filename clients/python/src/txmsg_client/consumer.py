@@ -16,6 +16,7 @@ rollback (or the check discarding it) does neither. The rules of a batch are
 from __future__ import annotations
 
 import logging
+import re
 import signal
 import threading
 import time
@@ -28,14 +29,13 @@ import requests
 from txmsg_client import _calls as calls
 from txmsg_client import _relay, tracing
 from txmsg_client._http import TRANSPORT_ERRORS, Transport
+from txmsg_client._topics import Program, Topics, default_consumer_name
 from txmsg_client._wire import (
     BatchResult,
     Handler,
     Offsets,
     ReceivedMessage,
     RunStats,
-    offsets_of,
-    received,
 )
 from txmsg_client.errors import TxmsgError
 from txmsg_client.producer import Producer
@@ -50,52 +50,100 @@ FAILURES: tuple[type[Exception], ...] = (*TRANSPORT_ERRORS, TxmsgError)
 class Consumer:
     """One subscription's client of a txmsg service; ``token``: a bearer token with the
     scope ``consume:<topic>``, for a service with access control on. ``session``: a
-    ``requests.Session`` of the caller's (``close`` leaves it open), else one of its own."""
+    ``requests.Session`` of the caller's (``close`` leaves it open), else one of its own.
 
-    def __init__(self, base_url: str, topic: str, subscription: str, token: str | None = None,
-                 *, timeout: float = 10.0, session: requests.Session | None = None) -> None:
+    ``topic``: one topic; or ``topics`` (a list) or ``topics_pattern`` (a regular
+    expression whole topic names must match, the list read again every
+    ``topics_refresh_seconds``): a subscription of the same name on each (Pulsar's
+    multi-topic consumer); each message knows its topic, and its ack goes there.
+    ``consumer``: this consumer's name on the subscription (failover and exclusive
+    subscriptions tell their consumers apart by it); by default the host name and the
+    process id. ``close`` (and the end of ``run``) leaves the subscription at once.
+    """
+
+    def __init__(self, base_url: str, topic: str | None = None, subscription: str | None = None,
+                 token: str | None = None, *, topics: Sequence[str] | None = None,
+                 topics_pattern: str | re.Pattern[str] | None = None,
+                 consumer: str | None = None, topics_refresh_seconds: float = 60.0,
+                 timeout: float = 10.0, session: requests.Session | None = None) -> None:
+        if subscription is None:
+            raise TypeError("Consumer needs a subscription")
+        self._topics = Topics(subscription, topic=topic, topics=topics, pattern=topics_pattern,
+                              refresh_seconds=topics_refresh_seconds)
         self._transport = Transport(base_url, token, timeout, session)
         self.base_url = self._transport.base_url
         self.topic = topic
         self.subscription = subscription
+        self.consumer = consumer if consumer is not None else default_consumer_name()
         self.timeout = timeout
-        self._path = calls.subscription_path(topic, subscription)
         self._stop = threading.Event()
         self._running: threading.Event | None = None
+
+    @property
+    def topics(self) -> list[str]:
+        """The topics consumed (for a pattern: those found at the last look)."""
+        return list(self._topics.names)
+
+    def _do(self, program: Program) -> Any:
+        def step(request: calls.Request | _relay.Sleep) -> Any:
+            if isinstance(request, _relay.Sleep):
+                time.sleep(request.seconds)
+                return None
+            return self._transport.do(request)
+
+        return _relay.drive(program, step)
 
     # -- the subscription ------------------------------------------------------------------
 
     def subscribe(self, *, initial_position: str | None = None,
                   ack_timeout_ms: int | None = None, max_redeliveries: int | None = None,
                   redelivery_backoff: Mapping[str, int] | None = None,
-                  dead_letter_topic: str | None = None) -> dict[str, Any]:
+                  dead_letter_topic: str | None = None, type: str | None = None,  # noqa: A002
+                  consumer_timeout_ms: int | None = None,
+                  tag_filter: str | None = None) -> dict[str, Any]:
         """Create the subscription, or change the settings given (the others keep their
         value: the service's default at creation). ``initial_position`` (``"latest"``,
-        the default, or ``"earliest"``) counts only at creation. Returns its description."""
-        return self._transport.do(calls.subscribe(
-            self._path, initial_position=initial_position, ack_timeout_ms=ack_timeout_ms,
+        the default, or ``"earliest"``) counts only at creation. ``type``: ``"shared"``
+        (the default), ``"key_shared"``, ``"failover"`` or ``"exclusive"``;
+        ``tag_filter``: ``"*"`` or tags joined by ``||``. Returns its description; for
+        several topics, each topic's by topic (topics found later by a pattern are
+        subscribed with these settings)."""
+        answers = self._do(self._topics.subscribe(calls.subscription_settings(
+            initial_position=initial_position, ack_timeout_ms=ack_timeout_ms,
             max_redeliveries=max_redeliveries, redelivery_backoff=redelivery_backoff,
-            dead_letter_topic=dead_letter_topic))
+            dead_letter_topic=dead_letter_topic, type=type,
+            consumer_timeout_ms=consumer_timeout_ms, tag_filter=tag_filter)))
+        return answers[self.topic] if self.topic is not None else answers  # type: ignore[no-any-return]
 
-    def describe(self) -> dict[str, Any]:
-        """Settings, ``backlog``, ``in_flight``, ``ack_cursor``."""
-        return self._transport.do(calls.describe(self._path))
+    def describe(self, topic: str | None = None) -> dict[str, Any]:
+        """Settings, ``backlog``, ``in_flight``, ``ack_cursor``, ``consumers`` (of
+        ``topic``'s subscription: needed when there are several)."""
+        return self._transport.do(calls.describe(self._topics.path(self._topics.one(topic))))
 
     def unsubscribe(self) -> None:
-        """Delete the subscription and its state."""
-        self._transport.do(calls.unsubscribe(self._path))
+        """Delete the subscription (on every topic) and its state."""
+        self._do(self._topics.each(calls.unsubscribe))
 
     # -- messages --------------------------------------------------------------------------
 
     def receive(self, max_messages: int = 10, wait_ms: int = 0) -> list[ReceivedMessage]:
         """Lease up to ``max_messages`` messages, lowest offsets first; with ``wait_ms``
-        (at most 30000), wait that long for one to be deliverable (else an empty list)."""
-        return received(self.topic, self._transport.do(
-            calls.receive(self._path, max_messages, wait_ms)))
+        (at most 30000), wait that long for one to be deliverable (else an empty list).
+        Several topics are taken in turn, one topic's messages per answer."""
+        got: list[ReceivedMessage] = self._do(
+            self._topics.receive(max_messages, wait_ms, self.consumer))
+        return got
 
     def ack(self, offsets: Offsets) -> int:
-        """Acknowledge: never delivered again. How many were not acknowledged before."""
+        """Acknowledge: never delivered again. How many were not acknowledged before.
+        A consumer of several topics is given messages, not bare offsets."""
         return self._settle("ack", offsets)
+
+    def ack_cumulative(self, message: ReceivedMessage) -> int:
+        """Acknowledge ``message`` and every offset of its topic below it (exclusive and
+        failover subscriptions, by the consumer holding it). How many were acknowledged."""
+        acked: int = self._do(self._topics.ack_through(message, self.consumer))
+        return acked
 
     def nack(self, offsets: Offsets, delay_ms: int | None = None) -> int:
         """Give leased messages back: redelivered after ``delay_ms``, or after the
@@ -107,17 +155,19 @@ class Consumer:
         (for long work). How many were renewed."""
         return self._settle("renew", offsets)
 
-    def seek(self, offset: int) -> dict[str, Any]:
+    def seek(self, offset: int, topic: str | None = None) -> dict[str, Any]:
         """Every offset below ``offset`` acknowledged, every one from it on not; leases
         dropped (replay, or skip ahead)."""
-        return self._transport.do(calls.seek(self._path, offset))
+        return self._transport.do(calls.seek(self._topics.path(self._topics.one(topic)), offset))
+
+    def leave(self) -> None:
+        """Leave the subscriptions at once (its leases released for redelivery; on
+        failover and exclusive, another consumer takes over). Errors are ignored."""
+        self._do(self._topics.leave(self.consumer))
 
     def _settle(self, action: str, offsets: Offsets, delay_ms: int | None = None) -> int:
-        chosen = offsets_of(offsets)
-        request = calls.settle(self._path, action, chosen, delay_ms)
-        if request is None:
-            return 0
-        return calls.settled(action, self._transport.do(request), len(chosen))
+        changed: int = self._do(self._topics.settle(action, offsets, self.consumer, delay_ms))
+        return changed
 
     # -- the loop --------------------------------------------------------------------------
 
@@ -158,6 +208,7 @@ class Consumer:
             restore()
             self._running = None
             self._stop.clear()
+            self.leave()
         return stats
 
     def stop(self) -> None:
@@ -172,7 +223,9 @@ class Consumer:
         """Run ``handler`` on each message, then settle the batch.
 
         Without ``producer``: acknowledge the messages it handled, give back (nack, with
-        the subscription's backoff) those it raised on.
+        the subscription's backoff) those it raised on. A key's order is kept: after a
+        message with an ``ordering_key`` raised, the batch's later messages of that key
+        are not handled but given back with it (``held``); other keys go on.
 
         With ``producer`` (consume → process → produce): the handler returns the messages
         to publish (a message, a list of them, or None). They are sent in one
@@ -203,7 +256,11 @@ class Consumer:
     # -- plumbing --------------------------------------------------------------------------
 
     def close(self) -> None:
-        self._transport.close()
+        """Leave the subscriptions, then close the session (if it is this consumer's)."""
+        try:
+            self.leave()
+        finally:
+            self._transport.close()
 
     def __enter__(self) -> Self:
         return self
