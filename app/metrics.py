@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import NamedTuple
 
 from prometheus_client import (
@@ -133,6 +133,8 @@ class DatabaseState(NamedTuple):
     oldest_prepared_age: float  # seconds; 0 when nothing is PREPARED
     oldest_retained: Sequence[tuple[str, float]]  # (topic, age of its oldest retained one)
     backlogs: Sequence[tuple[str, str, int]]  # (topic, subscription, backlog)
+    # (topic, subscription) -> consumers alive; a subscription left out has none
+    consumers: Mapping[tuple[str, str], int]
 
 
 PER_SUBSCRIPTION = (REDELIVERIES, DEAD_LETTERS, SUBSCRIPTION_EXPIRED)
@@ -175,9 +177,14 @@ def _database_families(state: DatabaseState, counted: Iterable[Metric]) -> list[
         "txmsg_subscription_backlog",
         "Committed messages a subscription has not acknowledged (leased and delayed "
         "ones included), from the database.", labels=["topic", "subscription"])
+    alive = GaugeMetricFamily(
+        "txmsg_subscription_consumers",
+        "Named consumers alive (seen within the subscription's consumer_timeout_ms), "
+        "from the database.", labels=["topic", "subscription"])
     for topic, name, value in state.backlogs:
         backlog.add_metric([topic, name], value)
-    families += [retained, backlog]
+        alive.add_metric([topic, name], state.consumers.get((topic, name), 0))
+    families += [retained, backlog, alive]
     totals: dict[str, dict[tuple[str, str], float]] = {name: {} for name in _PER_SUBSCRIPTION}
     for family in counted:
         for sample in family.samples:

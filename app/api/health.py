@@ -45,10 +45,11 @@ def metrics_view(call: Call) -> Answer:
 
 
 def database_state(engine: Engine) -> metrics.DatabaseState:
-    """What /metrics reads from the database: three queries, whatever is stored."""
+    """What /metrics reads from the database: four queries, whatever is stored."""
     prepared = reads.prepared_backlog(engine)
     return metrics.DatabaseState(prepared.half_messages, prepared.oldest_age_seconds,
-                                 retention.oldest_ages(engine), subscriptions.backlogs(engine))
+                                 retention.oldest_ages(engine), subscriptions.backlogs(engine),
+                                 subscriptions.alive_consumers(engine))
 
 
 def openapi(call: Call) -> Answer:

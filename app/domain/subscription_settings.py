@@ -10,6 +10,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine
 
 from app.domain import clock, leasing
+from app.domain.limits import MAX_CONSUMER_TIMEOUT_MS
 from app.domain.subscription_models import (
     KEY_SHARED,
     ONE_CONSUMER_TYPES,
@@ -161,3 +162,16 @@ def backlogs(engine: Engine) -> list[tuple[str, str, int]]:
     with engine.connect() as conn:
         return [(r.topic, r.name, max(0, int(r.backlog)))
                 for r in store.backlogs(conn)]
+
+
+def alive_consumers(engine: Engine) -> dict[tuple[str, str], int]:
+    """(topic, subscription) -> consumers alive now, for the metrics; a subscription
+    without any is left out."""
+    now = clock.utcnow()
+    counts: dict[tuple[str, str], int] = {}
+    with engine.connect() as conn:
+        for r in consumers.seen_since(conn, leasing.consumers_alive_since(
+                MAX_CONSUMER_TIMEOUT_MS, now)):
+            if r.last_seen >= leasing.consumers_alive_since(r.consumer_timeout_ms, now):
+                counts[(r.topic, r.name)] = counts.get((r.topic, r.name), 0) + 1
+    return counts

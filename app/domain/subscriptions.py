@@ -54,6 +54,7 @@ from app.domain.subscription_models import (
 )
 from app.domain.subscription_receives import Received, anything_due, receive
 from app.domain.subscription_settings import (
+    alive_consumers,
     backlogs,
     delete,
     describe_each,
@@ -69,7 +70,7 @@ __all__ = [
     "FinishAcks",
     "NackIn", "Nacked", "OffsetsIn", "ReceiveIn", "Received", "SeekIn", "SubscriptionAckIn",
     "SubscriptionIn",
-    "Subscriptions", "ack", "anything_due", "backlogs", "backoff_ms", "check_consumer_name",
+    "Subscriptions", "ack", "alive_consumers", "anything_due", "backlogs", "backoff_ms", "check_consumer_name",
     "check_subscription_name",
     "dead_letter_topic", "default_dead_letter_topic", "delete", "describe_each", "get",
     "hold_acks", "list_subscriptions", "nack", "names_other_dead_letter_topic",

@@ -43,6 +43,17 @@ def alive(conn: Connection, sub_id: int, since: datetime) -> list[AnyRow]:
                              .order_by(sc.c.name)))
 
 
+def seen_since(conn: Connection, since: datetime) -> list[AnyRow]:
+    """Every consumer seen since then, of any subscription: (topic, name (of the
+    subscription), consumer_timeout_ms, last_seen); whether each is alive is its own
+    subscription's timeout, compared by the caller (portable: no interval arithmetic)."""
+    return list(conn.execute(
+        select(subscription.c.topic, subscription.c.name, subscription.c.consumer_timeout_ms,
+               sc.c.last_seen)
+        .select_from(sc.join(subscription, subscription.c.id == sc.c.subscription_id))
+        .where(sc.c.last_seen >= since)))
+
+
 def remove(conn: Connection, sub_id: int, name: str) -> None:
     conn.execute(delete(sc).where(sc.c.subscription_id == sub_id, sc.c.name == name))
 

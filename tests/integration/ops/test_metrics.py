@@ -20,7 +20,7 @@ from sqlalchemy import create_engine, event, update
 
 from app.api.health import database_state
 from app.metrics import DatabaseState, Exposition
-from app.storage.schema import txn
+from app.storage.schema import subscription_consumer, txn
 from app.storage.writer import GroupCommitWriter
 from app.vocabulary import CheckResult
 from app.web import create_app
@@ -219,7 +219,8 @@ def test_a_deleted_subscriptions_series_are_gone_from_the_next_scrape(client: An
     assert client.post(f"{base}/nack", json={"offsets": [0], "delay_ms": 0}).status_code == 200
     again = client.post(f"{base}/receive").json["messages"]
     assert [m["offset"] for m in again] == [0]  # a redelivery: counted for "gone"
-    per_subscription = {"txmsg_subscription_backlog", "txmsg_redeliveries_total",
+    per_subscription = {"txmsg_subscription_backlog", "txmsg_subscription_consumers",
+                        "txmsg_redeliveries_total",
                         "txmsg_dead_letter_messages_total",
                         "txmsg_subscription_expired_messages_total"}
     text = client.get("/metrics").data.decode()
@@ -232,6 +233,35 @@ def test_a_deleted_subscriptions_series_are_gone_from_the_next_scrape(client: An
     text = client.get("/metrics").data.decode()
     assert _series_of(text, "gone") == set()
     assert _series_of(text, "kept") == per_subscription
+
+
+def test_consumers_alive_are_counted_by_each_subscriptions_own_timeout(
+        client: Any, database_url: str) -> None:
+    register(client)
+    for name, timeout in (("quick", 5000), ("patient", 600000), ("idle", 30000)):
+        assert client.put(f"/v1/topics/t/subscriptions/{name}", json={
+            "consumer_timeout_ms": timeout}).status_code == 201
+    for name, consumer in (("quick", "c1"), ("quick", "c2"), ("quick", "c3"),
+                           ("patient", "c1"), ("patient", "c2")):
+        assert client.post(f"/v1/topics/t/subscriptions/{name}/receive",
+                           json={"consumer": consumer}).status_code == 200
+
+    def alive() -> dict[str, float]:
+        return {dict(labels)["subscription"]: value
+                for (metric, labels), value in scrape(client).items()
+                if metric == "txmsg_subscription_consumers"}
+
+    assert alive() == {"quick": 3, "patient": 2, "idle": 0}
+    engine = create_engine(database_url)
+    with engine.begin() as conn:  # c2 quiet for 10 s: past quick's timeout, not patient's
+        conn.execute(update(subscription_consumer)
+                     .where(subscription_consumer.c.name == "c2")
+                     .values(last_seen=datetime.now(UTC) - timedelta(seconds=10)))
+    engine.dispose()
+    assert alive() == {"quick": 2, "patient": 2, "idle": 0}
+    assert client.delete("/v1/topics/t/subscriptions/quick/consumers/c1").status_code == 204
+    assert client.delete("/v1/topics/t/subscriptions/patient").status_code == 204
+    assert alive() == {"quick": 1, "idle": 0}
 
 
 def test_concurrent_scrapes_compute_the_database_series_once(database_url: str) -> None:
@@ -283,7 +313,7 @@ def test_the_database_is_read_at_most_once_per_window() -> None:
 
     def read() -> DatabaseState:
         reads.append(clock.now)
-        return DatabaseState(len(reads), 0.0, [], [])
+        return DatabaseState(len(reads), 0.0, [], [], {})
 
     exposition = Exposition(read, 5.0, clock=clock)
     first = samples(exposition.render().decode())

@@ -575,29 +575,45 @@ def test_subscriptions_with_backlog_as_the_api_counts_them(client: Any,
                                                            seeded: dict[str, Any]) -> None:
     api(client, "POST", f"/v1/producer-groups/{OTHER}/transactions/o-open/commit")
     subscribe(client, TOPIC, "billing", initial_position="earliest")
-    subscribe(client, TOPIC, "late")  # latest: nothing to consume, not on the overview
-    subscribe(client, "invoices", "ledger", initial_position="earliest")
+    # latest: nothing to consume, not on the overview
+    subscribe(client, TOPIC, "late", type="failover", tag_filter="paid || created")
+    subscribe(client, "invoices", "ledger", initial_position="earliest", type="key_shared")
     received = api(client, "POST", f"/v1/topics/{TOPIC}/subscriptions/billing/receive",
-                   json={"max_messages": 1})
+                   json={"max_messages": 1, "consumer": "worker-1"})
     assert len(received["messages"]) == 1
+    assert len(api(client, "POST", "/v1/topics/invoices/subscriptions/ledger/receive",
+                   json={"max_messages": 10, "consumer": "ledger-1"})["messages"]) == 1
     billing = api(client, "GET", f"/v1/topics/{TOPIC}/subscriptions/billing")
     assert (billing["backlog"], billing["in_flight"]) == (2, 1)
+    ledger = api(client, "GET", "/v1/topics/invoices/subscriptions/ledger")
+    assert (ledger["backlog"], ledger["in_flight"], ledger["waiting"]) == (1, 1, 0)
 
     sign_in(client)
     overview = text(client.get("/ui/"))
     assert "Subscriptions with backlog" in overview
     assert backlog_rows(overview, "subscriptions-with-backlog") == [
-        [TOPIC, "billing", "2", "1", str(billing["ack_cursor"])],
-        ["invoices", "ledger", "1", "0", "0"]]
+        [TOPIC, "billing", "2", "1", str(billing["ack_cursor"]), "shared", "*", "0", "1"],
+        ["invoices", "ledger", "1", "1", "0", "key_shared", "*", "0", "1"]]
     topic_page = text(client.get(f"/ui/topics/{TOPIC}"))
-    assert [r[:4] for r in backlog_rows(topic_page, "subscriptions")] == [
-        ["billing", "2", "1", str(billing["ack_cursor"])], ["late", "0", "0", "2"]]
+    rows = backlog_rows(topic_page, "subscriptions")
+    assert [r[:4] + r[5:] for r in rows] == [
+        ["billing", "2", "1", str(billing["ack_cursor"]), "shared", "*", "0", "1"],
+        ["late", "0", "0", "2", "failover", "paid||created", "0", "0"]]
+    consumer = billing["consumers"][0]
+    assert [r[:2] + r[3:] for r in backlog_rows(topic_page, "subscription-consumers")] == [
+        ["billing", "worker-1", "1", "active"]]
+    assert backlog_rows(topic_page, "subscription-consumers")[0][2] == datetime.fromisoformat(
+        consumer["last_seen"]).strftime("%Y-%m-%d %H:%M:%SZ")
+    invoices_page = text(client.get("/ui/topics/invoices"))
+    assert [r[:2] + r[3:] for r in backlog_rows(invoices_page, "subscription-consumers")] == [
+        ["ledger", "ledger-1", "1", "active"]]
 
     client.post("/ui/sign-out", data={"csrf_token": csrf_of(client.get("/ui/"))})
     sign_in(client, token=make_token(client, f"consume:{TOPIC}"))
     overview = text(client.get("/ui/"))
     assert [r[:2] for r in backlog_rows(overview, "subscriptions-with-backlog")] == [
         [TOPIC, "billing"]]
+    assert "ledger-1" not in overview
     assert "ledger" not in overview
     assert client.get("/ui/topics/invoices").status_code == 403
 
