@@ -46,29 +46,42 @@ def ack(engine: Engine, topic: str, name: str, offsets: Sequence[int],
     acknowledged the offset at the cursor, right after it too, unless a receive holds the
     subscription row now. (On PostgreSQL receives move it in their one statement, and a
     second statement here for one ack in a few cost more than the lag it saves.)"""
+    if types.maybe_key_shared(engine, topic, name):
+        return _ack_by_key(engine, topic, name, offsets, consumer)
     with each_statement_alone(engine) as conn:
         sub, n = acks.acknowledge_named(conn, topic, name, offsets, unless_type=KEY_SHARED)
         if sub is not None:
             consumers.seen_now_and_then(conn, topic, name, consumer)
     if sub is None:
         raise not_found(topic, name)
-    promoted = 0
+    types.remember(engine, sub)
     if sub.type == KEY_SHARED:
-        n, promoted = _ack_by_key(engine, sub, offsets)
+        return _ack_by_key(engine, topic, name, offsets, consumer)
+    if n and sub.ack_cursor in offsets and dialect_of(engine).acks_move_the_cursor:
+        _advance_unless_busy(engine, sub.id)
+    return Acked(n, 0)
+
+
+def _ack_by_key(engine: Engine, topic: str, name: str, offsets: Sequence[int],
+                consumer: str | None) -> Acked:
+    """An ack on key_shared: the rows deleted, then, in the same transaction, the next
+    message of each of their keys made deliverable (``app.storage.ordering``). Another
+    type found (it changed) is acknowledged as ``ack`` does."""
+    with write_transaction(engine) as conn:
+        sub = found(conn, topic, name)
+        types.remember(engine, sub)
+        consumers.seen_now_and_then(conn, topic, name, consumer)
+        if sub.type != KEY_SHARED:
+            n = acks.acknowledge(conn, sub.id, offsets)
+            promoted = 0
+        else:
+            n, keys = acks.acknowledge_keyed(conn, sub.id, offsets)
+            if keys:
+                ordering.take_turns(conn, sub.id, keys)
+            promoted = ordering.promote(conn, sub.id, topic, keys, clock.utcnow())
     if n and sub.ack_cursor in offsets and dialect_of(engine).acks_move_the_cursor:
         _advance_unless_busy(engine, sub.id)
     return Acked(n, promoted)
-
-
-def _ack_by_key(engine: Engine, sub: AnyRow, offsets: Sequence[int]) -> tuple[int, int]:
-    """An ack on key_shared: the rows deleted, then, in the same transaction, the next
-    message of each of their keys made deliverable (``app.storage.ordering``)."""
-    with write_transaction(engine) as conn:
-        n, keys = acks.acknowledge_keyed(conn, sub.id, offsets)
-        if not keys:
-            return n, 0
-        ordering.take_turns(conn, sub.id, keys)
-        return n, ordering.promote(conn, sub.id, sub.topic, keys, clock.utcnow())
 
 
 def ack_through(engine: Engine, topic: str, name: str, through: int,

@@ -60,13 +60,14 @@ def receive(engine: Engine, topic: str, name: str, max_messages: int,
     shaped. A message that retention deletes in between is left out (it expired).
     On PostgreSQL the common case of a shared subscription is one statement
     (``app.storage.subscription_leases.first_deliveries``)."""
-    if leases.one_statement_leases(engine):
+    if leases.one_statement_leases(engine) and types.maybe_shared_unfiltered(engine, topic, name):
         fresh = _first_deliveries(engine, topic, name, max_messages, max_bytes, consumer)
         if fresh is not None:
             return fresh
     with write_transaction(engine) as conn:
-        leased = _lease(conn, found(conn, topic, name, lock=True), max_messages, max_bytes,
-                        consumer)
+        sub = found(conn, topic, name, lock=True)
+        types.remember(engine, sub)
+        leased = _lease(conn, sub, max_messages, max_bytes, consumer)
     if not leased.picked:
         return leased.received
     with engine.connect() as conn:

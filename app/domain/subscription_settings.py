@@ -9,7 +9,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine
 
-from app.domain import clock, leasing
+from app.domain import clock, leasing, tag_filters
 from app.domain.limits import MAX_CONSUMER_TIMEOUT_MS
 from app.domain.subscription_models import (
     KEY_SHARED,
@@ -55,10 +55,16 @@ def _consumers(conn: Connection, sub: AnyRow, now: datetime) -> list[dict[str, A
 def describe(conn: Connection, row: AnyRow, now: datetime) -> dict[str, Any]:
     first, nxt = topics.topic_ends(conn, row.topic)
     rows = store.counts(conn, row.id, now, first)
-    backlog = max(0, nxt - max(row.read_offset, first)) + rows.open
+    unread_from = max(row.read_offset, first)
+    unread, next_unread = max(0, nxt - unread_from), unread_from
+    tags = tag_filters.parse(row.tag_filter)
+    if tags is not None and unread:  # messages the filter leaves out count as acknowledged
+        unread, lowest = store.tagged_between(conn, row.topic, unread_from, nxt, tags)
+        next_unread = nxt if lowest is None else lowest
+    backlog = unread + rows.open
     # the stored cursor may lag behind acks (it moves when the subscription row is free):
     # the cursor shown is where it is now
-    cursor = row.read_offset if rows.lowest_open is None else rows.lowest_open
+    cursor = next_unread if rows.lowest_open is None else min(rows.lowest_open, next_unread)
     return {**_settings(row), "backlog": backlog, "in_flight": rows.leased,
             "ack_cursor": max(cursor, row.ack_cursor, first), "created_at": row.created_at,
             "consumers": _consumers(conn, row, now),

@@ -11,7 +11,10 @@
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
+
+from sqlalchemy import Engine
 
 from app.domain.subscription_models import (
     EXCLUSIVE,
@@ -56,3 +59,26 @@ def consumer_required(sub: AnyRow) -> InvalidRequest:
     return InvalidRequest(f"subscription {sub.name!r} on {sub.topic!r} is {sub.type}: "
                           "a receive or a cumulative ack names its consumer",
                           code=ProblemCode.CONSUMER_REQUIRED)
+
+
+# the type this process last saw of each subscription of each engine: a hint only, to
+# skip a statement built for another type; every statement checks the type it is for
+_seen: weakref.WeakKeyDictionary[Engine, dict[tuple[str, str], str]] = (
+    weakref.WeakKeyDictionary())
+
+
+def remember(engine: Engine, sub: AnyRow) -> None:
+    seen = _seen.setdefault(engine, {})
+    if len(seen) > 10_000:
+        seen.clear()
+    seen[(sub.topic, sub.name)] = sub.type if sub.tag_filter == "*" else "filtered"
+
+
+def maybe_shared_unfiltered(engine: Engine, topic: str, name: str) -> bool:
+    """Whether the subscription may be shared without a tag filter, as far as this
+    process saw last (unknown: it may)."""
+    return _seen.get(engine, {}).get((topic, name), SHARED) == SHARED
+
+
+def maybe_key_shared(engine: Engine, topic: str, name: str) -> bool:
+    return _seen.get(engine, {}).get((topic, name)) == KEY_SHARED

@@ -169,6 +169,18 @@ def reset(conn: Connection, sub_id: int, topic: str, offset: int, now: datetime)
                  .values(ack_cursor=cursor, read_offset=read))
 
 
+def tagged_between(conn: Connection, topic: str, start: int, end: int,
+                   tags: frozenset[str]) -> tuple[int, int | None]:
+    """How many committed messages of ``topic`` in ``[start, end)`` carry one of ``tags``,
+    and the lowest of their offsets (a tag-filtered subscription's unread backlog)."""
+    n, lowest = conn.execute(
+        select(func.count(), func.min(message_log.c.queue_offset))
+        .join(half_message, half_message.c.id == message_log.c.half_message_id)
+        .where(message_log.c.topic == topic, message_log.c.queue_offset >= start,
+               message_log.c.queue_offset < end, half_message.c.tag.in_(sorted(tags)))).one()
+    return int(n), None if lowest is None else int(lowest)
+
+
 def drop_below(conn: Connection, sub_id: int, topic: str, offset: int, now: datetime) -> None:
     """Acknowledge every offset below ``offset`` (retention deleted them); a key whose
     earlier messages went has its next one deliverable."""

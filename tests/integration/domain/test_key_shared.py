@@ -179,3 +179,15 @@ def test_a_malformed_tag_filter_is_refused_and_changes_nothing(client: Any, bad:
     r = client.put(f"{SUBS}/s", json={"tag_filter": bad})
     assert (r.status_code, r.json["code"]) == (400, "invalid_tag_filter")
     assert client.get(f"{SUBS}/s").status_code == 404
+
+
+def test_messages_the_filter_leaves_out_are_not_in_the_backlog(client: Any) -> None:
+    register(client)
+    create(client, initial_position="earliest", tag_filter="paid")
+    _commit(client, [{"tag": "created"}, {"tag": "paid"}, {}, {"tag": "paid"}])
+    described = describe(client)
+    assert (described["backlog"], described["ack_cursor"]) == (2, 1)
+    assert offsets(receive(client, 1)) == [1]
+    post(client, "ack", {"offsets": [1]})
+    described = describe(client)
+    assert (described["backlog"], described["ack_cursor"]) == (1, 3)
