@@ -10,7 +10,7 @@ active, records it every time."""
 from __future__ import annotations
 
 import threading
-import time
+import weakref
 from datetime import datetime
 
 from sqlalchemy import Connection, Engine
@@ -26,31 +26,38 @@ from app.storage.db import write_transaction
 from app.storage.schema import AnyRow
 
 _SEEN_EVERY = 0.25
-_seen_at: dict[tuple[str, str, str], float] = {}
-_seen_lock = threading.Lock()
+_lock = threading.Lock()
+# by engine (a process may serve several stores: tests do), what was done when, by the
+# service's clock: (topic, subscription, consumer) recorded as seen; (topic, subscription,
+# "") looked at for consumers gone
+_done_at: weakref.WeakKeyDictionary[Engine, dict[tuple[str, str, str], datetime]] = (
+    weakref.WeakKeyDictionary())
 
 
-def _due_to_record(key: tuple[str, str, str]) -> bool:
-    now = time.monotonic()
-    with _seen_lock:
-        if now - _seen_at.get(key, -_SEEN_EVERY) < _SEEN_EVERY:
+def _due(engine: Engine, key: tuple[str, str, str], now: datetime) -> bool:
+    """Whether ``key`` was not done in the last ``_SEEN_EVERY`` seconds (and is now)."""
+    with _lock:
+        done = _done_at.setdefault(engine, {})
+        last = done.get(key)
+        if last is not None and 0 <= (now - last).total_seconds() < _SEEN_EVERY:
             return False
-        if len(_seen_at) > 100_000:
-            _seen_at.clear()
-        _seen_at[key] = now
+        if len(done) > 100_000:
+            done.clear()
+        done[key] = now
         return True
 
 
-def _forget_seen(topic: str, name: str, consumer: str) -> None:
-    with _seen_lock:
-        _seen_at.pop((topic, name, consumer), None)
+def _forget_seen(engine: Engine, topic: str, name: str, consumer: str) -> None:
+    with _lock:
+        _done_at.get(engine, {}).pop((topic, name, consumer), None)
 
 
 def seen_now_and_then(conn: Connection, topic: str, name: str, consumer: str | None) -> None:
     """Record the consumer as seen on the subscription of this name, unless this process
     did a moment ago."""
-    if consumer is not None and _due_to_record((topic, name, consumer)):
-        store.seen_by_name(conn, topic, name, consumer, clock.utcnow())
+    now = clock.utcnow()
+    if consumer is not None and _due(conn.engine, (topic, name, consumer), now):
+        store.seen_by_name(conn, topic, name, consumer, now)
 
 
 def since(sub: AnyRow, now: datetime) -> datetime:
@@ -63,7 +70,7 @@ def take_turn(conn: Connection, sub: AnyRow, consumer: str, now: datetime) -> st
     leases are released and it is forgotten; then an exclusive subscription goes to this
     consumer, a failover one to the alive consumer with the lowest name."""
     store.seen(conn, sub.id, consumer, now)
-    _forget_seen(sub.topic, sub.name, consumer)
+    _forget_seen(conn.engine, sub.topic, sub.name, consumer)
     active: str | None = sub.active_consumer
     if active is not None and active != consumer:
         last = store.last_seen(conn, sub.id, active)
@@ -78,6 +85,18 @@ def take_turn(conn: Connection, sub: AnyRow, consumer: str, now: datetime) -> st
     return active
 
 
+def release_the_gone(conn: Connection, sub: AnyRow, now: datetime) -> None:
+    """On shared and key_shared (the subscription row locked): the leases of consumers no
+    longer alive go back at once, as Pulsar redelivers a disconnected consumer's messages,
+    and the consumers are forgotten. Looked at most every ``_SEEN_EVERY`` seconds per
+    subscription in this process (by the service's clock)."""
+    if not _due(conn.engine, (sub.topic, sub.name, ""), now):
+        return
+    for name in store.gone(conn, sub.id, since(sub, now)):
+        store.release(conn, sub.id, name, now)
+        store.remove(conn, sub.id, name)
+
+
 def refuse_unless_holder(sub: AnyRow, consumer: str, active: str) -> None:
     if sub.type == EXCLUSIVE and consumer != active:
         raise Conflict(f"subscription {sub.name!r} on {sub.topic!r} is held by another "
@@ -87,7 +106,7 @@ def refuse_unless_holder(sub: AnyRow, consumer: str, active: str) -> None:
 def leave(engine: Engine, topic: str, name: str, consumer: str) -> None:
     """The consumer leaves at once: its leases released for redelivery, and on a
     failover or exclusive subscription, if it was active, the next one takes over."""
-    _forget_seen(topic, name, consumer)
+    _forget_seen(engine, topic, name, consumer)
     now = clock.utcnow()
     with write_transaction(engine) as conn:
         sub = found(conn, topic, name, lock=True)

@@ -110,6 +110,7 @@ def _lease(conn: Connection, sub: AnyRow, max_messages: int, max_bytes: int,
             return _Leased(Received([]), {})
     else:
         consumers.seen_now_and_then(conn, topic, sub.name, consumer)
+        consumers.release_the_gone(conn, sub, now)
     stored = (sub.ack_cursor, sub.read_offset)
     cursor, read = stored
     seen = leases.look(conn, sub.id, topic, now, cursor)

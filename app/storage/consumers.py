@@ -78,3 +78,9 @@ def in_flight(conn: Connection, sub_id: int, now: datetime) -> dict[str, int]:
         .where(so.c.subscription_id == sub_id, so.c.leased_until > now,
                so.c.consumer.is_not(None))
         .group_by(so.c.consumer))}
+
+
+def gone(conn: Connection, sub_id: int, before: datetime) -> list[str]:
+    """The consumers last seen before then (no longer alive)."""
+    return list(conn.execute(select(sc.c.name).where(sc.c.subscription_id == sub_id,
+                                                     sc.c.last_seen < before)).scalars())

@@ -80,7 +80,7 @@ def test_create_show_delete_as_the_api(client: Any, txmsg: Txmsg) -> None:
                                     "dead_letter_topic", "backlog", "waiting")} == {
         "type": "key_shared", "tag_filter": "paid||shipped", "consumer_timeout_ms": 5000,
         "ack_timeout_ms": 2000, "max_redeliveries": 3, "dead_letter_topic": "orders-dlq",
-        "backlog": 3, "waiting": 0}
+        "backlog": 0, "waiting": 0}  # none of the three is tagged paid or shipped
     assert json.loads(txmsg.run("subscriptions", "create", "orders", "ordered",
                                 "--max-redeliveries", "5", "--json").stdout)[
         "max_redeliveries"] == 5  # an existing one: the options given are changed

@@ -191,3 +191,17 @@ def test_messages_the_filter_leaves_out_are_not_in_the_backlog(client: Any) -> N
     post(client, "ack", {"offsets": [1]})
     described = describe(client)
     assert (described["backlog"], described["ack_cursor"]) == (1, 3)
+
+
+def test_a_consumer_gone_quiet_gives_its_keys_back(client: Any, clock: Clock) -> None:
+    _start(client, consumer_timeout_ms=2000, ack_timeout_ms=60_000)
+    _commit(client, _keys("A", "A", "B"))
+    r = client.post(f"{SUBS}/s/receive", json={"consumer": "a", "max_messages": 1})
+    assert offsets(r.json["messages"]) == [0]
+    clock.now += timedelta(milliseconds=1000)
+    r = client.post(f"{SUBS}/s/receive", json={"consumer": "b"})
+    assert offsets(r.json["messages"]) == [2]  # A is a's while a is alive
+    clock.now += timedelta(milliseconds=1500)  # a's last call 2.5 s ago, b's 1.5 s ago
+    r = client.post(f"{SUBS}/s/receive", json={"consumer": "b"})
+    assert offsets(r.json["messages"]) == [0]
+    assert [c["name"] for c in describe(client)["consumers"]] == ["b"]
