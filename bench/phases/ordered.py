@@ -154,7 +154,9 @@ def receive_vs_backlog(server: Server, database_url: str, small: int, large: int
     for label, size in (("small", small), ("large", large)):
         backlog = Backlog(server, database_url, ORDERED_TOPIC.format(f"backlog-{size}"),
                           keys=KEYS_MANY)
-        backlog.ensure(size, threads=max(1, min(8, size // 1000)))
+        # as many threads (up to 8) as write it whole in 1000-message transactions
+        threads = next((t for t in range(8, 0, -1) if size % (1000 * t) == 0), 8)
+        backlog.ensure(size, threads=threads)
         name = f"o-backlog-{uuid.uuid4().hex[:8]}"
         _subscribe(server, backlog.topic, name, "key_shared")
         c = Consumer(server.port, backlog.topic, name, server.token, consumer="c0")
