@@ -333,8 +333,11 @@ def _ordered(plan: Plan, server: Any, db: str, g_rate: float,
     average at the end of the phase; the ratios stay under ``o_ordered``."""
     seconds = plan.seconds if plan.ordered_seconds is None else plan.ordered_seconds
     warmup = plan.warmup if plan.ordered_warmup is None else plan.ordered_warmup
+    # without (g) before it, a guess above what two cores do: a first round on too small a
+    # backlog runs dry and measures nothing
+    rate = g_rate or 10_000.0
     done = phase("o_ordered", lambda: ordered.rounds(
-        server, db, plan.rounds, seconds, warmup, plan.consume_batch, expected_rate=g_rate,
+        server, db, plan.rounds, seconds, warmup, plan.consume_batch, expected_rate=rate,
         least=2_000 if plan.quick else 20 * plan.consume_batch * plan.consumers,
         grow=not plan.quick))
     if done is not None:
@@ -358,8 +361,8 @@ def _throughput_rounds(plan: Plan, throughput: dict[str, tuple[str, Callable[[],
                 runs[name].append(results.pop(label))
     for name, (key, _) in throughput.items():
         if runs[name]:
-            ordered = sorted(runs[name], key=lambda r, key=key: r[key])
-            results[name] = {**ordered[len(ordered) // 2], "rounds": [r[key] for r in runs[name]]}
+            by_rate = sorted(runs[name], key=lambda r, key=key: r[key])
+            results[name] = {**by_rate[len(by_rate) // 2], "rounds": [r[key] for r in runs[name]]}
             # a failed round is reported in "rounds" by its absence, not as an error
             results["errors"] = {k: v for k, v in results["errors"].items()
                                  if not k.startswith(name)}

@@ -85,7 +85,8 @@ def rounds(server: Server, database_url: str, rounds: int, seconds: float, warmu
     for name, done in runs.items():
         ordered = sorted(done, key=lambda r: r["messages_per_second"])
         result[name] = {**ordered[len(ordered) // 2],
-                        "rounds": [r["messages_per_second"] for r in done]}
+                        "rounds": [r["messages_per_second"] for r in done],
+                        "ran_dry_by_round": [r["ran_dry"] for r in done]}
 
     def over(x: str, y: str) -> float | None:
         a, b = (result[n]["messages_per_second"] for n in (x, y))
