@@ -17,6 +17,10 @@ measures, with the same N client threads throughout:
   (l) one client, one request at a time (``bench.phases.lone``, in a database of its own): each
       route's latency and the service's CPU per request, beside the floors (PostgreSQL
       alone, and a bare ASGI app on Granian)
+  (o) ordered consumption (``bench.phases.ordered``), after (g), in rounds of its own:
+      key_shared over 1,000 and over 10 keys and failover with one consumer, each beside a
+      shared subscription on the same messages; then one key_shared receive + ack at a
+      small and at a large backlog (10k, 1M)
   plus the checker's RSS working a 100k backlog, ``bench.phases.ingest``, and
   ``bench.phases.streaming`` (the streaming source's catch-up beside ingest's, and
   commit-to-lake latency under ``txmsg ingest --follow --interval 1`` at 500 messages/s);
@@ -32,7 +36,8 @@ measures, with the same N client threads throughout:
 Results go to bench/out/results.json with the machine's description. ``--quick`` (or
 TXMSG_BENCH_QUICK=1) is a smoke run of a few seconds per phase; benchmarks measure, the
 test of the quick mode only checks that every figure is there. ``--subscriptions-only``
-runs (b), (d), (g), (h) and the idle long polls alone; ``--pgqueuer-only`` the rounds of
+runs (b), (d), (g), (o), (h) and the idle long polls alone; ``--ordered-only`` (o) alone;
+``--pgqueuer-only`` the rounds of
 (a)-(d), (g) with PgQueuer's, and the concurrency sweep. ``python -m bench.report.charts`` draws
 the results into docs/images/bench-*.png.
 """
@@ -54,7 +59,7 @@ from typing import Any
 from bench.harness import machine
 from bench.harness.pgdb import admin_url, bench_database, libpq_url
 from bench.harness.service import serve, serve_with_access_control
-from bench.phases import consume, lone, pgqueuer_load, raw, sweep, txmsg_load
+from bench.phases import consume, lone, ordered, pgqueuer_load, raw, sweep, txmsg_load
 from bench.report import figures
 from bench.report.figures import OUT
 from bench.report.summary import brief, summary
@@ -92,9 +97,15 @@ class Plan:
     idle_seconds: float = 10.0
     sweep_clients: tuple[int, ...] = (1, 4, 16, CLIENTS)  # publish one at a time, (p)
     lone_requests: int = 1_000     # (l), per route and round
+    ordered_seconds: float | None = None  # (o)'s closed-loop runs (None: ``seconds``)
+    ordered_warmup: float | None = None
+    ordered_backlog_small: int = 10_000   # (o), one key_shared receive + ack at each
+    ordered_backlog_large: int = 1_000_000
+    ordered_repeats: int = 50
     retention_only: bool = False
     subscriptions_only: bool = False
     pgqueuer_only: bool = False
+    ordered_only: bool = False
     quick: bool = False
 
 
@@ -103,7 +114,8 @@ QUICK = Plan(seconds=1.5, warmup=0.5, rounds=1, paced_seconds=3.0, due_resolved=
              checker_reference_backlog=200, checker_seconds=3.0, ingest_rows=1_000, ingest_rounds=1,
              retention_rounds=1, retention_drain_rows=20_000, latency_seconds=3.0,
              idle_polls=50, idle_seconds=2.0, sweep_clients=(1, 8), lone_requests=50,
-             quick=True)
+             ordered_seconds=0.8, ordered_warmup=0.2, ordered_backlog_small=2_000,
+             ordered_backlog_large=20_000, ordered_repeats=10, quick=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -149,6 +161,11 @@ def _parse(argv: list[str] | None) -> tuple[Plan, Path]:
                    help="only txmsg against PgQueuer: (a)-(d), (g) and PgQueuer's measures "
                         "in rounds, then publish one at a time by both at several client "
                         "counts")
+    p.add_argument("--ordered-only", action="store_true",
+                   help="only (o): key_shared and failover beside shared, in rounds, and "
+                        "one key_shared receive at a small and a large backlog")
+    p.add_argument("--ordered-backlog", type=int,
+                   help="(o)'s large backlog, keyed messages (default 1M, quick 20k)")
     p.add_argument("--drain-rows", type=int,
                    help="expired rows to empty in the retention drain (default 10M)")
     p.add_argument("--out", type=Path, default=OUT)
@@ -157,10 +174,13 @@ def _parse(argv: list[str] | None) -> tuple[Plan, Path]:
     overrides = {"clients": args.clients, "seconds": args.seconds, "rounds": args.rounds,
                  "paced_seconds": args.paced_seconds, "checker_seconds": args.checker_seconds}
     overrides["retention_drain_rows"] = args.drain_rows
+    overrides["ordered_backlog_large"] = args.ordered_backlog
+    if args.seconds is not None:  # (o) too
+        overrides["ordered_seconds"] = args.seconds
     plan = replace(plan, **{k: v for k, v in overrides.items() if v is not None},
                    retention_only=args.retention_only,
                    subscriptions_only=args.subscriptions_only,
-                   pgqueuer_only=args.pgqueuer_only)
+                   pgqueuer_only=args.pgqueuer_only, ordered_only=args.ordered_only)
     return plan, args.out
 
 
@@ -188,9 +208,9 @@ def _phases(plan: Plan, admin: str, db: str, pgq_db: str, results: dict[str, Any
         server = None
     secured = None
     pgq = phase("pgqueuer", lambda: {"version": pgqueuer_load.install(pgq_db)}) \
-        if not (plan.subscriptions_only or plan.retention_only) else None
+        if not (plan.subscriptions_only or plan.retention_only or plan.ordered_only) else None
     try:
-        if not (plan.subscriptions_only or plan.pgqueuer_only):
+        if not (plan.subscriptions_only or plan.pgqueuer_only or plan.ordered_only):
             secured = serve_with_access_control(db)
     except Exception as exc:  # noqa: BLE001
         results["errors"]["serve_with_access_control"] = f"{type(exc).__name__}: {exc}"
@@ -241,10 +261,14 @@ def _phases(plan: Plan, admin: str, db: str, pgq_db: str, results: dict[str, Any
         throughput = {k: v for k, v in throughput.items() if not k.endswith("_on")}
     if secured is None:
         throughput = {k: v for k, v in throughput.items() if not k.endswith("_on")}
-    if plan.retention_only:
+    if plan.retention_only or plan.ordered_only:
         throughput = {}
     try:
         _throughput_rounds(plan, throughput, phase, results)
+        if server is not None and not (plan.retention_only or plan.pgqueuer_only):
+            _ordered(plan, server, db, rates.get("g", 0.0), phase, results)
+        if plan.ordered_only:
+            return
         if server is not None and pgq is not None:
             phase("latency_by_concurrency", lambda: sweep.run(
                 server, pgq_db, plan.sweep_clients, plan.seconds, plan.warmup))
@@ -275,7 +299,7 @@ def _phases(plan: Plan, admin: str, db: str, pgq_db: str, results: dict[str, Any
         for running in (server, secured):
             if running is not None:
                 running.stop()
-    if plan.retention_only or plan.subscriptions_only or plan.pgqueuer_only:
+    if plan.retention_only or plan.subscriptions_only or plan.pgqueuer_only or plan.ordered_only:
         return
     from bench.phases import due_scan
 
@@ -303,6 +327,27 @@ def _phases(plan: Plan, admin: str, db: str, pgq_db: str, results: dict[str, Any
             database_url=admin, rows=plan.ingest_rows, rounds=2, rate=500, seconds=60))
 
 
+def _ordered(plan: Plan, server: Any, db: str, g_rate: float,
+             phase: Callable[[str, Callable[[], Any]], Any], results: dict[str, Any]) -> None:
+    """(o): its rounds' figures lifted to the top of the results, each with the load
+    average at the end of the phase; the ratios stay under ``o_ordered``."""
+    seconds = plan.seconds if plan.ordered_seconds is None else plan.ordered_seconds
+    warmup = plan.warmup if plan.ordered_warmup is None else plan.ordered_warmup
+    # without (g) before it, a guess above what two cores do: a first round on too small a
+    # backlog runs dry and measures nothing
+    rate = g_rate or 10_000.0
+    done = phase("o_ordered", lambda: ordered.rounds(
+        server, db, plan.rounds, seconds, warmup, plan.consume_batch, expected_rate=rate,
+        least=2_000 if plan.quick else 20 * plan.consume_batch * plan.consumers,
+        grow=not plan.quick))
+    if done is not None:
+        for name in ordered.MEASURES:
+            results[name] = {**done.pop(name), "load_average": done["load_average"]}
+    phase("o_receive_vs_backlog", lambda: ordered.receive_vs_backlog(
+        server, db, plan.ordered_backlog_small, plan.ordered_backlog_large,
+        plan.ordered_repeats, plan.consume_batch))
+
+
 def _throughput_rounds(plan: Plan, throughput: dict[str, tuple[str, Callable[[], Any]]],
                        phase: Callable[[str, Callable[[], Any]], Any],
                        results: dict[str, Any]) -> None:
@@ -316,8 +361,8 @@ def _throughput_rounds(plan: Plan, throughput: dict[str, tuple[str, Callable[[],
                 runs[name].append(results.pop(label))
     for name, (key, _) in throughput.items():
         if runs[name]:
-            ordered = sorted(runs[name], key=lambda r, key=key: r[key])
-            results[name] = {**ordered[len(ordered) // 2], "rounds": [r[key] for r in runs[name]]}
+            by_rate = sorted(runs[name], key=lambda r, key=key: r[key])
+            results[name] = {**by_rate[len(by_rate) // 2], "rounds": [r[key] for r in runs[name]]}
             # a failed round is reported in "rounds" by its absence, not as an error
             results["errors"] = {k: v for k, v in results["errors"].items()
                                  if not k.startswith(name)}

@@ -81,15 +81,18 @@ class Connection:
 
 class Producer(Connection):
     """One producer: transactions of ``messages`` messages to ``topic``, requests
-    pre-encoded as bytes."""
+    pre-encoded as bytes; with ``keys``, message i of a transaction has the ordering key
+    ``k{i % keys}`` (round-robin over the keys when ``keys`` divides ``messages``)."""
 
     def __init__(self, port: int, name: str, messages: int = 1,
-                 token: str | None = None, topic: str = TOPIC) -> None:
+                 token: str | None = None, topic: str = TOPIC, keys: int = 0) -> None:
         super().__init__(port, token)
         self.name = name
         self._seq = 0
         payload = orjson.dumps({"transaction_id": "\0", "messages": [
-            {"topic": topic, "body": BODY_TEXT} for _ in range(messages)]})
+            {"topic": topic, "body": BODY_TEXT, **({"ordering_key": f"k{i % keys}"}
+                                                    if keys else {})}
+            for i in range(messages)]})
         self._head, self._tail = payload.split(b"\\u0000", 1)
         self._send_path = f"/v1/producer-groups/{GROUP}/transactions"
 
@@ -120,28 +123,37 @@ class Producer(Connection):
 
 
 class Consumer(Connection):
-    """One consumer of a subscription: receive, then acknowledge."""
+    """One consumer of a subscription: receive, then acknowledge; with ``consumer``, its
+    name goes in every receive and ack (failover and exclusive need one)."""
 
     def __init__(self, port: int, topic: str, subscription: str,
-                 token: str | None = None) -> None:
+                 token: str | None = None, consumer: str | None = None) -> None:
         super().__init__(port, token)
         self._path = f"/v1/topics/{topic}/subscriptions/{subscription}"
+        self._named = {"consumer": consumer} if consumer else {}
 
     def subscribe(self, **settings: object) -> None:
         self._post(self._path, orjson.dumps(settings), 201, method="PUT")
 
     def receive(self, max_messages: int, wait_ms: int = 0) -> list[dict[str, Any]]:
         data = self._post(f"{self._path}/receive", orjson.dumps(
-            {"max_messages": max_messages, "wait_ms": wait_ms}), 200)
+            {"max_messages": max_messages, "wait_ms": wait_ms, **self._named}), 200)
         return list(orjson.loads(data)["messages"])
 
     def ack(self, offsets: list[int]) -> None:
-        self._post(f"{self._path}/ack", orjson.dumps({"offsets": offsets}), 200)
+        self._post(f"{self._path}/ack", orjson.dumps({"offsets": offsets, **self._named}), 200)
 
-    def receive_ack(self, max_messages: int) -> int:
-        """One batch received and acknowledged: how many messages."""
+    def ack_through(self, offset: int) -> None:
+        """Cumulative: every offset up to ``offset`` (failover and exclusive)."""
+        self._post(f"{self._path}/ack", orjson.dumps({"through": offset, **self._named}), 200)
+
+    def receive_ack(self, max_messages: int, cumulative: bool = False) -> int:
+        """One batch received and acknowledged (``cumulative``: by one ack through its last
+        offset): how many messages."""
         messages = self.receive(max_messages)
-        if messages:
+        if messages and cumulative:
+            self.ack_through(messages[-1]["offset"])
+        elif messages:
             self.ack([m["offset"] for m in messages])
         return len(messages)
 

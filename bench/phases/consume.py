@@ -42,8 +42,10 @@ class Backlog:
     statements may).
     """
 
-    def __init__(self, server: Server, database_url: str, topic: str = CONSUME_TOPIC) -> None:
+    def __init__(self, server: Server, database_url: str, topic: str = CONSUME_TOPIC,
+                 keys: int = 0) -> None:
         self.server, self.database_url, self.topic = server, database_url, topic
+        self.keys = keys  # ordering keys, round-robin over each transaction's messages
         self.size = 0
         self.fill_seconds = 0.0
 
@@ -58,7 +60,7 @@ class Backlog:
 
         def fill(i: int) -> None:
             p = Producer(self.server.port, f"fill-{run}-{i}", batch, self.server.token,
-                         topic=self.topic)
+                         topic=self.topic, keys=self.keys)
             try:
                 for _ in range(per_thread):
                     p.pair()

@@ -18,7 +18,10 @@ GOALS = {"b_over_a": (">=", 0.25), "d_over_c": (">=", 0.3), "f_scan_ratio": ("<=
          "g_over_pgqueuer_consume": (">=", 1.3),
          # issue #24: one client (l), and the service's CPU per pair in (b)
          "lone_pair_p50_ms": ("<=", 1.5), "lone_read_p50_ms": ("<=", 1.0),
-         "b_service_cpu_ms_per_pair": ("<=", 0.2)}
+         "b_service_cpu_ms_per_pair": ("<=", 0.2),
+         # (o) ordered consumption: key_shared (1,000 keys) and failover (one consumer,
+         # cumulative acks) against shared on the same messages
+         "o_key_shared_over_shared": (">=", 0.7), "o_failover_over_shared": (">=", 0.7)}
 
 # The comparison with PgQueuer: per measure, the result each side's figure comes from
 COMPARED = {
@@ -118,6 +121,12 @@ def ratios(r: dict[str, Any]) -> dict[str, Any]:
                           get(r, "d_txmsg_batch_send_commit", "messages_per_second")),
         "delivery_p50_ms": get(r, "h_delivery_latency_half_peak", "delivery_ms", "p50"),
         "delivery_p99_ms": get(r, "h_delivery_latency_half_peak", "delivery_ms", "p99"),
+        "o_key_shared_over_shared": get(r, "o_ordered", "key_shared_over_shared"),
+        "o_key_shared_10_keys_over_shared": get(r, "o_ordered",
+                                                "key_shared_10_keys_over_shared"),
+        "o_failover_over_shared": get(r, "o_ordered", "failover_over_shared"),
+        "o_receive_large_over_small_backlog": get(r, "o_receive_vs_backlog",
+                                                  "large_over_small"),
         "idle_polls_service_rss_delta_bytes": get(r, "idle_long_polls", "rss_delta_bytes"),
         "idle_polls_service_cpu_seconds_delta": get(r, "idle_long_polls",
                                                     "service_cpu_seconds_delta"),

@@ -16,7 +16,9 @@ def brief(result: Any) -> str:
     keys = ("per_second", "messages_per_second", "achieved_rate", "commit_ms", "ratio",
             "peak_rss_ratio", "pending", "b_on_over_off", "d_on_over_off", "emptied_seconds",
             "commit_ms_worst_chunk_p99", "commit_ms_max", "ran_dry", "delivery_ms",
-            "rss_delta_bytes", "service_cpu_seconds_delta", "postgres_cpu_seconds_delta")
+            "rss_delta_bytes", "service_cpu_seconds_delta", "postgres_cpu_seconds_delta",
+            "key_shared_over_shared", "key_shared_10_keys_over_shared",
+            "failover_over_shared", "large_over_small")
     return ", ".join(f"{k}={result[k]}" for k in keys if k in result)[:300]
 
 
@@ -64,6 +66,22 @@ def summary(r: dict[str, Any], out_path: Path) -> None:
         ("(g) receive+ack msgs/s, 4 consumers (g/d)",
          (f"{get(r, 'g_receive_ack', 'messages_per_second')} "
           f"({get(r, 'ratios', 'g_over_d')})")),
+        ("(o) key_shared 1,000 keys / shared, msgs/s (ratio)",
+         (f"{get(r, 'o_key_shared_1000_keys', 'messages_per_second')} / "
+          f"{get(r, 'o_shared_same_messages', 'messages_per_second')} "
+          f"({get(r, 'ratios', 'o_key_shared_over_shared')})")),
+        ("(o) key_shared 10 keys / shared, msgs/s",
+         (f"{get(r, 'o_key_shared_10_keys', 'messages_per_second')} / "
+          f"{get(r, 'o_shared_10_keys', 'messages_per_second')}")),
+        ("(o) failover / shared, 1 consumer, msgs/s (ratio)",
+         (f"{get(r, 'o_failover_one_consumer', 'messages_per_second')} / "
+          f"{get(r, 'o_shared_one_consumer', 'messages_per_second')} "
+          f"({get(r, 'ratios', 'o_failover_over_shared')})")),
+        ("(o) key_shared receive+ack median ms, small / large backlog",
+         (f"{get(r, 'o_receive_vs_backlog', 'small', 'median_ms')} / "
+          f"{get(r, 'o_receive_vs_backlog', 'large', 'median_ms')} "
+          f"({get(r, 'o_receive_vs_backlog', 'small', 'backlog')} / "
+          f"{get(r, 'o_receive_vs_backlog', 'large', 'backlog')} messages)")),
         ("(h) delivery p50 / p99 ms at half (b) peak",
          (f"{get(r, 'h_delivery_latency_half_peak', 'delivery_ms', 'p50')} / "
           f"{get(r, 'h_delivery_latency_half_peak', 'delivery_ms', 'p99')}")),
@@ -88,7 +106,7 @@ def summary(r: dict[str, Any], out_path: Path) -> None:
           f"{get(r, 'ingest', 'incremental', 'spark_floor_seconds')}")),
     ]
     partial = r["plan"]["subscriptions_only"] or r["plan"]["retention_only"] \
-        or r["plan"]["pgqueuer_only"]
+        or r["plan"]["pgqueuer_only"] or r["plan"].get("ordered_only")
     for label, value in rows:
         if partial and not re.search(r"\d", str(value)):
             continue  # a phase this run leaves out

@@ -77,6 +77,19 @@ def test_quick_bench_reports_every_figure(pg_database: str, tmp_path: Path) -> N
     assert "ix_txn_due" in f["plan"]
     g = r["g_receive_ack"]
     assert g["errors"] == 0 and g["messages_per_second"] > 0 and g["batch"] == 100
+    # (o) ordered consumption: each type beside shared on the same keyed messages
+    for key, kind in (("o_shared_same_messages", "shared"), ("o_key_shared_1000_keys", "key_shared"),
+                      ("o_shared_10_keys", "shared"), ("o_key_shared_10_keys", "key_shared"),
+                      ("o_shared_one_consumer", "shared"),
+                      ("o_failover_one_consumer", "failover")):
+        assert r[key]["type"] == kind and r[key]["errors"] == 0, r[key]
+        assert r[key]["messages_per_second"] > 0 and r[key]["load_average"], key
+    assert r["o_key_shared_1000_keys"]["keys"] == 1000 and r["o_key_shared_10_keys"]["keys"] == 10
+    assert r["o_failover_one_consumer"]["clients"] == 1
+    assert r["o_failover_one_consumer"]["ack"].startswith("cumulative")
+    backlog = r["o_receive_vs_backlog"]
+    assert backlog["large"]["backlog"] > backlog["small"]["backlog"]
+    assert 0 < backlog["small"]["median_ms"] and 0 < backlog["large"]["median_ms"]
     h = r["h_delivery_latency_half_peak"]
     assert h["errors"] == 0 and h["delivered"] == h["committed"] > 0
     assert h["delivery_ms"]["p50"] <= h["delivery_ms"]["p99"]
@@ -90,10 +103,12 @@ def test_quick_bench_reports_every_figure(pg_database: str, tmp_path: Path) -> N
                  "serve_rss_max_deviation", "checker_peak_rss_large_over_reference",
                  "access_control_overhead_b", "access_control_overhead_d", "g_over_d",
                  "delivery_p50_ms", "delivery_p99_ms", "idle_polls_service_rss_delta_bytes",
-                 "idle_polls_service_cpu_seconds_delta"):
+                 "idle_polls_service_cpu_seconds_delta", "o_key_shared_over_shared",
+                 "o_failover_over_shared", "o_receive_large_over_small_backlog"):
         assert r["ratios"][name] is not None, name
     assert set(r["goals"]) >= {"b_over_a", "d_over_c", "f_scan_ratio", "commit_p99_ms",
-                               "access_control_overhead_b", "g_over_d", "delivery_p99_ms"}
+                               "access_control_overhead_b", "g_over_d", "delivery_p99_ms",
+                               "o_key_shared_over_shared", "o_failover_over_shared"}
     # PgQueuer beside txmsg, in the same rounds, CPU per 1,000 messages on each side
     assert r["pgqueuer"]["version"]
     for key in ("p_pgqueuer_publish_single", "p_pgqueuer_publish_batched", "p_pgqueuer_consume"):
