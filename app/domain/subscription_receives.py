@@ -167,7 +167,7 @@ def _lease(conn: Connection, sub: AnyRow, max_messages: int, max_bytes: int,
     if freed:
         ordering.promote(conn, sub.id, topic, freed, now)
     read = fresh.read
-    leases.add_offsets(conn, fresh.unleased)
+    leases.add_offsets(conn, sub.id, fresh.unleased)
     leases.add_leased(conn, sub.id, fresh.first, until,
                       leasing.redeliverable_at(sub, until, 0), leasing.FIRST_DELIVERY, consumer)
     leases.lease(conn, sub.id, [(o, until, leasing.redeliverable_at(sub, until, n))
@@ -225,7 +225,6 @@ class _Fresh:
     def _take(self, batch: list[AnyRow], max_messages: int, max_bytes: int,
               open_keys: set[str]) -> bool:
         """Take the batch in offset order; whether to go on (not full)."""
-        sub_id = self.sub.id
         for m in batch:
             key = m.ordering_key if self.kind.by_key else None
             if not tag_filters.matches(self.sub.tag_filter, m.tag):
@@ -233,13 +232,12 @@ class _Fresh:
                 continue
             delayed = m.deliver_at is not None and m.deliver_at > self.now
             if key is not None and key in open_keys:  # behind an earlier one of its key
-                self.unleased.append({"subscription_id": sub_id, "queue_offset": m.queue_offset,
-                                      "deliveries": 0, "next_at": None, "ordering_key": key})
+                self.unleased.append({"queue_offset": m.queue_offset, "next_at": None,
+                                      "ordering_key": key})
                 self.read = m.queue_offset + 1
                 continue
             if delayed:
-                self.unleased.append({"subscription_id": sub_id, "queue_offset": m.queue_offset,
-                                      "deliveries": 0, "next_at": m.deliver_at,
+                self.unleased.append({"queue_offset": m.queue_offset, "next_at": m.deliver_at,
                                       "ordering_key": m.ordering_key})
                 self.read = m.queue_offset + 1
                 if key is not None:
@@ -252,8 +250,8 @@ class _Fresh:
                 # on key_shared the rest of the scan waits behind its keys or comes later
                 if key is None:
                     return False
-                self.unleased.append({"subscription_id": sub_id, "queue_offset": m.queue_offset,
-                                      "deliveries": 0, "next_at": self.now, "ordering_key": key})
+                self.unleased.append({"queue_offset": m.queue_offset, "next_at": self.now,
+                                      "ordering_key": key})
                 open_keys.add(key)
                 self.read = m.queue_offset + 1
                 continue

@@ -122,12 +122,18 @@ def read_page(conn: Connection, topic: str, from_offset: int, end: int,
 
 
 def read_at(conn: Connection, topic: str, offsets: Sequence[int]) -> list[AnyRow]:
-    """The committed messages at these offsets (``as_read``), in offset order."""
+    """The committed messages at these offsets (``as_read``), in offset order. The list is
+    also bounded by its first and last offsets: a range the planner takes for the primary
+    key's index, where the list alone let it scan the topic's rows (a fresh backlog
+    without statistics)."""
     if not offsets:
         return []
+    wanted = sorted(offsets)
     return plain_rows(conn.execute(
         as_read(BODY)
-        .where(message_log.c.topic == topic, among(conn, message_log.c.queue_offset, sorted(offsets)))
+        .where(message_log.c.topic == topic,
+               message_log.c.queue_offset.between(wanted[0], wanted[-1]),
+               among(conn, message_log.c.queue_offset, wanted))
         .order_by(message_log.c.queue_offset)))
 
 

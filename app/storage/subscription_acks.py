@@ -71,13 +71,15 @@ def acknowledge(conn: Connection, sub_id: int, offsets: Iterable[int]) -> int:
 def acknowledge_keyed(conn: Connection, sub_id: int, offsets: Iterable[int]
                       ) -> tuple[int, list[str]]:
     """``acknowledge`` on a key_shared subscription: only delivered rows (not those waiting
-    behind their key); how many, and the ordering keys of those acknowledged (each key's
-    next message is due to be promoted)."""
+    behind their key, never delivered); how many, and the ordering keys of those
+    acknowledged (each key's next message is due to be promoted)."""
     wanted = sorted(set(offsets))
     if not wanted:
         return 0, []
+    # delivered ones: ``deliveries``, not ``next_at IS NOT NULL``, which is the due index's
+    # predicate and took the planner to it, over every row of the subscription
     gone = list(conn.execute(_acknowledging(dialect_of(conn), sub_id, and_(
-        _at_these(conn, wanted), so.c.next_at.is_not(None))).returning(so.c.ordering_key)
+        _at_these(conn, wanted), so.c.deliveries > 0)).returning(so.c.ordering_key)
     ).scalars())
     return len(gone), [k for k in gone if k is not None]
 

@@ -89,11 +89,26 @@ def scan_statement(topic: str, from_offset: int, end: int) -> Select[Any]:
             .order_by(message_log.c.queue_offset))
 
 
-def add_offsets(conn: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
-    """New offset rows not leased (subscription_id, queue_offset, deliveries, next_at,
-    ordering_key): delayed ones, or ones waiting behind their key (``next_at`` None)."""
-    insert_rows(conn, so, [{"leased_until": None, "held_by": None, "consumer": None, **r}
-                           for r in rows])
+_UNLEASED_ARRAYS = text(
+    "INSERT INTO subscription_offset (subscription_id, queue_offset, deliveries,"
+    " leased_until, next_at, held_by, consumer, ordering_key)"
+    " SELECT :sub, o, 0, NULL, n, NULL, NULL, k"
+    " FROM unnest(CAST(:offsets AS BIGINT[]), CAST(:nexts AS TIMESTAMPTZ[]),"
+    " CAST(:keys AS VARCHAR[])) AS f (o, n, k)")
+
+
+def add_offsets(conn: Connection, sub_id: int, rows: Sequence[Mapping[str, Any]]) -> None:
+    """New offset rows not leased, never delivered (queue_offset, next_at, ordering_key):
+    delayed ones, or ones waiting behind their key (``next_at`` None). On PostgreSQL one
+    statement with the rows as arrays (on key_shared a receive adds hundreds)."""
+    if rows and dialect_of(conn).arrays:
+        conn.execute(_UNLEASED_ARRAYS, {"sub": sub_id,
+                                        "offsets": [r["queue_offset"] for r in rows],
+                                        "nexts": [r["next_at"] for r in rows],
+                                        "keys": [r["ordering_key"] for r in rows]})
+        return
+    insert_rows(conn, so, [{"subscription_id": sub_id, "deliveries": 0, "leased_until": None,
+                            "held_by": None, "consumer": None, **r} for r in rows])
 
 
 _LEASED_RANGE = text(
@@ -255,10 +270,26 @@ _LEASE = (update(so)
                   next_at=bindparam("b_next"), consumer=bindparam("b_consumer")))
 
 
+_LEASE_ARRAYS = text(
+    "UPDATE subscription_offset AS s SET deliveries = s.deliveries + 1,"
+    " leased_until = v.u, next_at = v.n, consumer = CAST(:consumer AS VARCHAR)"
+    " FROM unnest(CAST(:offsets AS BIGINT[]), CAST(:untils AS TIMESTAMPTZ[]),"
+    " CAST(:nexts AS TIMESTAMPTZ[])) AS v (o, u, n)"
+    " WHERE s.subscription_id = :sub AND s.queue_offset = v.o")
+
+
 def lease(conn: Connection, sub_id: int, leases: Iterable[tuple[int, datetime, datetime]],
           consumer: str | None) -> None:
     """Count one more delivery of each (offset, leased until, next deliverable time), now
-    leased to ``consumer``."""
+    leased to ``consumer``: on PostgreSQL one statement with the rows as arrays (on
+    key_shared most deliveries are of rows made due by acks, a hundred a receive)."""
+    leases = list(leases)
+    if leases and dialect_of(conn).arrays:
+        conn.execute(_LEASE_ARRAYS, {"sub": sub_id, "offsets": [o for o, _, _ in leases],
+                                     "untils": [u for _, u, _ in leases],
+                                     "nexts": [n for _, _, n in leases],
+                                     "consumer": consumer})
+        return
     params = [{"b_sub": sub_id, "b_offset": o, "b_until": u, "b_next": n,
                "b_consumer": consumer} for o, u, n in leases]
     if params:
