@@ -176,7 +176,9 @@ def _lease(conn: Connection, sub: AnyRow, max_messages: int, max_bytes: int,
                                       ("read_offset", read, stored[1])) if v != was}
     if changed:
         store.change(conn, sub.id, changed)
-    return _Leased(Received([], len(dead), sub.dead_letter_topic, redelivered), dict(picked))
+    # the due rows never delivered (delayed, or made due behind their key) are first ones
+    again = sum(1 for _, n in picked[:redelivered] if n > 0)
+    return _Leased(Received([], len(dead), sub.dead_letter_topic, again), dict(picked))
 
 
 class _Fresh:

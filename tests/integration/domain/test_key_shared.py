@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from app import metrics
 from tests.integration.helpers import finish, register, send
 from tests.integration.subscription_helpers import (
     SUBS,
@@ -44,6 +45,7 @@ def _start(client: Any, **settings: Any) -> None:
 
 
 def test_one_message_of_a_key_in_flight_at_a_time_in_offset_order(client: Any) -> None:
+    redelivered = metrics.REDELIVERIES.labels("t", "s")._value.get()
     _start(client)
     _commit(client, _keys("A", "A", "B", "A", "B", "C"))
     first = receive(client)
@@ -61,6 +63,8 @@ def test_one_message_of_a_key_in_flight_at_a_time_in_offset_order(client: Any) -
     assert receive(client) == []
     described = describe(client)
     assert (described["backlog"], described["waiting"], described["ack_cursor"]) == (0, 0, 6)
+    # each went once: a message made due behind its key is a first delivery
+    assert metrics.REDELIVERIES.labels("t", "s")._value.get() == redelivered
 
 
 def test_a_key_waiting_on_a_redelivery_holds_back_only_itself(client: Any,
