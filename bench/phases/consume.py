@@ -95,15 +95,29 @@ def receive_ack(server: Server, backlog: Backlog, consumers: int, seconds: float
     first = Consumer(server.port, backlog.topic, name, server.token)
     first.subscribe(initial_position="earliest", ack_timeout_ms=600_000)
     first.close()
+    result = consumers_loop(server, backlog.topic, name, consumers, seconds, warmup, batch)
+    result["backlog"] = backlog.size
+    result["batch"] = batch
+    return result
+
+
+def consumers_loop(server: Server, topic: str, name: str, consumers: int, seconds: float,
+                   warmup: float, batch: int, *, named: bool = False,
+                   cumulative: bool = False) -> dict[str, Any]:
+    """``consumers`` threads on subscription ``name`` receiving ``batch`` messages and
+    acknowledging them (``cumulative``: with one ack through the last), closed loop;
+    ``named``: each sends its consumer name. The result, with ``messages_per_second`` and
+    ``ran_dry`` (receives that found nothing)."""
     made: list[Consumer] = []
     dry = [0]
 
     def make(i: int) -> Any:
-        c = Consumer(server.port, backlog.topic, name, server.token)
+        c = Consumer(server.port, topic, name, server.token,
+                     **({"consumer": f"c{i}"} if named else {}))
         made.append(c)
 
         def op() -> int:
-            n = c.receive_ack(batch)
+            n = c.receive_ack(batch, cumulative=cumulative)
             if not n:
                 dry[0] += 1
             return n
@@ -113,11 +127,7 @@ def receive_ack(server: Server, backlog: Backlog, consumers: int, seconds: float
                          probe=CpuProbe(server.pid, server.database))
     for c in made:
         c.close()
-    result["messages_per_second"] = result["per_second"]
-    result["ran_dry"] = dry[0]
-    result["backlog"] = backlog.size
-    result["batch"] = batch
-    return result
+    return {**result, "messages_per_second": result["per_second"], "ran_dry": dry[0]}
 
 
 def delivery_latency(server: Server, producers: int, consumers: int, rate: float,

@@ -25,14 +25,12 @@ from __future__ import annotations
 import statistics
 import time
 import uuid
-from collections.abc import Callable
 from typing import Any
 
 from bench.harness.client import Consumer
-from bench.harness.load import closed_loop, percentiles
-from bench.harness.procs import CpuProbe
+from bench.harness.load import percentiles
 from bench.harness.service import Server
-from bench.phases.consume import Backlog
+from bench.phases.consume import Backlog, consumers_loop
 
 KEYS_MANY, KEYS_FEW = 1000, 10
 ORDERED_TOPIC = "bench-ordered-{}"  # one topic per measure, keyed messages
@@ -118,26 +116,9 @@ def receive_ack(server: Server, backlog: Backlog, kind: str, consumers: int,
     offset) receiving ``batch`` messages and acknowledging them, closed loop."""
     name = f"o-{kind}-{uuid.uuid4().hex[:8]}"
     _subscribe(server, backlog.topic, name, kind)
-    made: list[Consumer] = []
-    dry = [0]
-
-    def make(i: int) -> Callable[[], int]:
-        c = Consumer(server.port, backlog.topic, name, server.token, consumer=f"c{i}")
-        made.append(c)
-
-        def op() -> int:
-            n = c.receive_ack(batch, cumulative=cumulative)
-            if not n:
-                dry[0] += 1
-            return n
-        return op
-
-    result = closed_loop(consumers, make, seconds, warmup,
-                         probe=CpuProbe(server.pid, server.database))
-    for c in made:
-        c.close()
-    return {**result, "messages_per_second": result["per_second"], "type": kind,
-            "ran_dry": dry[0], "backlog": backlog.size, "keys": backlog.keys, "batch": batch,
+    result = consumers_loop(server, backlog.topic, name, consumers, seconds, warmup, batch,
+                            named=True, cumulative=cumulative)
+    return {**result, "type": kind, "backlog": backlog.size, "keys": backlog.keys, "batch": batch,
             "ack": "cumulative (through the batch's last offset)" if cumulative
             else "the batch's offsets"}
 
